@@ -1,0 +1,40 @@
+"""Builds the stage objects from a RagConfig; the one place that wires packages together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from indexing.config import IndexingConfig
+from indexing.store import DocumentStore
+
+from .config import RagConfig
+
+
+def store_path(cfg: RagConfig) -> Path:
+    return cfg.storage_path / "store.sqlite"
+
+
+def open_store(cfg: RagConfig) -> DocumentStore:
+    return DocumentStore(store_path(cfg))
+
+
+def indexing_config(cfg: RagConfig) -> IndexingConfig:
+    """Chunk lengths are measured with the embedder's tokenizer: `chunking.tokenizer: embedder`
+    (the default) follows `retrieval.embedder.model`, so changing the embedder keeps chunks in
+    its real sequence limit."""
+    ic = cfg.indexing.model_copy(deep=True)
+    if ic.chunking.tokenizer in ("", "embedder"):
+        ic.chunking.tokenizer = cfg.retrieval.embedder.model
+    return ic
+
+
+def build_ingestor(cfg: RagConfig, store: DocumentStore):
+    from indexing.pipeline import Ingestor
+
+    return Ingestor(store, indexing_config(cfg))
+
+
+def build_retriever(cfg: RagConfig, store: DocumentStore):
+    from retrieval.retriever import Retriever
+
+    return Retriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")

@@ -1,0 +1,76 @@
+"""`rag docs list|show|delete`: inspect and remove stored documents."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..app import build_retriever, open_store
+from ._common import add_config_args, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("docs", help="list, show or delete stored documents")
+    dsub = p.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
+    lp = dsub.add_parser("list", help="list documents")
+    add_config_args(lp)
+    lp.add_argument("--collection")
+    lp.add_argument("--limit", type=int, default=None)
+    lp.add_argument("--json", action="store_true")
+    lp.set_defaults(func=run_list)
+    sp = dsub.add_parser("show", help="show one document's metadata")
+    add_config_args(sp)
+    sp.add_argument("doc_id", metavar="ID")
+    sp.add_argument("--collection")
+    sp.set_defaults(func=run_show)
+    dp = dsub.add_parser("delete", help="delete a document by id (or every document of a source)")
+    add_config_args(dp)
+    dp.add_argument("doc_id", metavar="ID")
+    dp.add_argument("--collection")
+    dp.add_argument("--source", action="store_true", help="treat ID as a source path and delete its documents")
+    dp.set_defaults(func=run_delete)
+
+
+def _cfg(args):
+    from ..config import load_config
+
+    return load_config(args.config, args.overrides)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with open_store(_cfg(args)) as store:
+        docs = store.list_documents(args.collection, limit=args.limit)
+        total = store.count_documents(args.collection)
+    if args.json:
+        print_json({"documents": docs, "total": total})
+        return 0
+    for d in docs:
+        print(f"{d['collection']}\t{d['doc_id']}\t{d['n_chunks']} chunks\t{d['title'][:50]}\t{d['source']}")
+    print(f"{total} document(s)")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    with open_store(_cfg(args)) as store:
+        doc = store.get_document(args.doc_id, args.collection)
+    if doc is None:
+        print(f"no document with id {args.doc_id!r}")
+        return 1
+    doc["text"] = doc["text"][:500]
+    print_json(doc)
+    return 0
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    cfg = _cfg(args)
+    with open_store(cfg) as store:
+        colls = [args.collection] if args.collection else store.collections()
+        n = (store.delete_source if args.source else store.delete)(args.doc_id, args.collection)
+        if n:
+            try:
+                retriever = build_retriever(cfg, store)
+                for c in colls:
+                    retriever.sync(c)
+            except ImportError:
+                pass
+    print(f"deleted {n} document(s)")
+    return 0 if n else 1

@@ -1,0 +1,48 @@
+"""`rag index PATH...`: load, clean, chunk and store documents, then bring the indexes up to date."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..app import build_ingestor, build_retriever, open_store
+from ._common import command, config_from, print_json
+
+
+def register(sub) -> None:
+    p = command(sub, "index", "index files or directories into a collection", run)
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--collection", default="default")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-sync", action="store_true", help="only update the store; build indexes later")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_from(args)
+    with open_store(cfg) as store:
+        report = build_ingestor(cfg, store).ingest(
+            args.paths, collection=args.collection, progress=not args.no_progress
+        )
+        synced = None
+        if not args.no_sync:
+            try:
+                retriever = build_retriever(cfg, store)
+            except ImportError:
+                retriever = None
+            if retriever is not None:
+                synced = retriever.sync(args.collection)
+    if args.json:
+        out = report.to_dict()
+        if synced is not None:
+            out["index_sync"] = synced
+        print_json(out)
+    else:
+        print(report.summary())
+        if synced is not None:
+            print(f"indexes: {synced}")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run(argparse.Namespace()))

@@ -1,0 +1,45 @@
+"""`rag search "query"`: ranked chunks with scores, per-retriever ranks and metadata."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..app import build_retriever, open_store
+from ._common import command, config_from, print_json
+
+
+def register(sub) -> None:
+    p = command(sub, "search", "search the index (bm25, dense or hybrid)", run)
+    p.add_argument("query")
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--mode", choices=("bm25", "dense", "hybrid"))
+    p.add_argument("--filter", dest="filters", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata filter (repeatable): key=value, key=a|b, key>=x, key<=y, source^=prefix")
+    p.add_argument("--collection")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--width", type=int, default=160)
+
+
+def run(args: argparse.Namespace) -> int:
+    from retrieval.filters import parse_filters
+
+    cfg = config_from(args)
+    filters = parse_filters(args.filters) if args.filters else None
+    with open_store(cfg) as store:
+        retriever = build_retriever(cfg, store)
+        result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
+                                  collection=args.collection)
+    if args.json:
+        print_json({"results": [c.to_dict() for c in result.candidates], "timings_ms": result.timings_ms})
+        return 0
+    for i, c in enumerate(result.candidates, 1):
+        ch = c.chunk
+        ranks = " ".join(f"{k}#{v}" for k, v in c.ranks.items())
+        where = ch.title or ch.source
+        extra = f" p.{ch.page}" if ch.page else ""
+        print(f"{i:>2}. {c.score:.4f} [{ranks}] {where}{extra} {('§ ' + ch.section) if ch.section else ''}")
+        text = " ".join(ch.text.split())
+        print(f"    {text[: args.width]}{'…' if len(text) > args.width else ''}")
+    t = " ".join(f"{k}={v:.1f}ms" for k, v in result.timings_ms.items())
+    print(f"{len(result.candidates)} result(s)  {t}")
+    return 0
