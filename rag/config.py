@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from indexing.config import IndexingConfig
 from retrieval.config import RetrievalConfig
 
-from .config_loader import apply_overrides, read_yaml, validate
+from .config_loader import apply_overrides, deep_merge, read_yaml, validate
 
 
 class StorageConfig(BaseModel):
@@ -43,7 +43,9 @@ class RagConfig(BaseModel):
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RagConfig:
     """Read a pipeline YAML (or the embedded defaults), apply `--set` overrides and validate."""
     data = read_yaml(path) if path else {}
-    data = apply_overrides(data, overrides or [])
+    if overrides:
+        # Overrides may address keys the file leaves to defaults (e.g. chunkers.0.chunk_size).
+        data = apply_overrides(deep_merge(RagConfig().to_dict(), data), overrides)
     origin = str(path) if path else "embedded defaults"
     if overrides:
         origin += " + --set " + " ".join(overrides)

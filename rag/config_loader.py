@@ -34,6 +34,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Mappings merge key by key; any other value (lists included) replaces the base value."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a","b","c"], value parsed as YAML so numbers/bools/lists keep their type)."""
     if "=" not in item:
