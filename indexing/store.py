@@ -212,7 +212,7 @@ class DocumentStore:
                 "ingested_at", "n_chars")
         out = []
         for row in self._db.execute(q, args):
-            d = dict(zip(keys, row))
+            d = dict(zip(keys, row, strict=True))
             d["metadata"] = json.loads(d["metadata"])
             out.append(d)
         return out
@@ -224,7 +224,7 @@ class DocumentStore:
         if row is None:
             return None
         keys = ("collection", "doc_id", "source", "title", "date", "content_hash", "metadata", "n_chunks", "text")
-        d = dict(zip(keys, row))
+        d = dict(zip(keys, row, strict=True))
         d["metadata"] = json.loads(d["metadata"])
         return d
 
