@@ -1,0 +1,142 @@
+"""Constrained decoding: mask every token that would take the output outside a JSON schema.
+
+Like llama.cpp's `grammar` / `json_schema` fields. The vocabulary is decoded once per tokenizer
+into a character trie; for a given automaton state the allowed tokens are found by walking the
+trie and pruning dead branches. Masks are cached per state, and inside a free string (the
+common case) a precomputed mask of "plain" tokens is reused, so the per-token cost stays small.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import torch
+
+from .json_automaton import JsonAutomaton, State
+
+_SPECIAL = set('"\\') | {chr(i) for i in range(0x20)}
+
+
+class _Vocab:
+    """Decoded token strings and a trie over them, shared by every processor of a tokenizer."""
+
+    def __init__(self, tokenizer: Any):
+        n = len(tokenizer)
+        self.size = n
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        self.strings: list[str | None] = []
+        for i in range(n):
+            s = None if i in special else tokenizer.decode([i])
+            if s is not None and ("\ufffd" in s or s == ""):
+                s = None  # partial UTF-8 pieces cannot be validated character by character
+            self.strings.append(s)
+        self.trie: dict = {}
+        for i, s in enumerate(self.strings):
+            if s is None:
+                continue
+            node = self.trie
+            for ch in s:
+                node = node.setdefault(ch, {})
+            node.setdefault(None, []).append(i)
+        plain = torch.zeros(n, dtype=torch.bool)
+        self.special_ids: list[int] = []
+        for i, s in enumerate(self.strings):
+            if s is None:
+                continue
+            if _SPECIAL.isdisjoint(s):
+                plain[i] = True
+            else:
+                self.special_ids.append(i)
+        self.plain = plain
+
+
+_VOCABS: dict[int, _Vocab] = {}
+_LOCK = threading.Lock()
+
+
+def _vocab(tokenizer: Any) -> _Vocab:
+    with _LOCK:
+        v = _VOCABS.get(id(tokenizer))
+        if v is None:
+            v = _VOCABS[id(tokenizer)] = _Vocab(tokenizer)
+        return v
+
+
+class JsonSchemaLogitsProcessor:
+    """Per-request processor: call with (generated token ids, logits) -> masked logits.
+
+    `eos_token_id` is only allowed once the document is complete; once it is complete, only EOS
+    is allowed, so generation stops right after the closing bracket.
+    """
+
+    _mask_cache: dict[tuple, torch.Tensor] = {}
+
+    def __init__(self, schema: dict[str, Any] | str, tokenizer: Any, eos_token_id: int | list[int] | None = None):
+        self.schema = json.loads(schema) if isinstance(schema, str) else schema
+        self.automaton = JsonAutomaton(self.schema)
+        self.vocab = _vocab(tokenizer)
+        eos = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self._key = json.dumps(self.schema, sort_keys=True) + f"#{id(tokenizer)}"
+        self._consumed = 0
+        self._state: State | None = self.automaton.start
+
+    def _advance(self, token_ids: list[int]) -> None:
+        for tid in token_ids[self._consumed :]:
+            s = self.vocab.strings[tid] if 0 <= tid < self.vocab.size else None
+            if tid in self.eos_ids or s is None:
+                self._state = None if tid not in self.eos_ids else self._state
+                continue
+            self._state = self.automaton.feed(self._state, s)
+        self._consumed = len(token_ids)
+
+    def allowed(self, state: State) -> torch.Tensor:
+        key = (self._key, state)
+        mask = self._mask_cache.get(key)
+        if mask is not None:
+            return mask
+        a = self.automaton
+        if state and state[-1][0] == "S" and self.automaton._schemas[state[-1][1]]["max"] is None \
+                and not state[-1][3]:
+            # Free string: every plain token keeps the state unchanged; check the rest one by one.
+            mask = self.vocab.plain.clone()
+            for tid in self.vocab.special_ids:
+                if a.feed(state, self.vocab.strings[tid]) is not None:
+                    mask[tid] = True
+        else:
+            mask = torch.zeros(self.vocab.size, dtype=torch.bool)
+            stack: list[tuple[dict, State]] = [(self.vocab.trie, state)]
+            while stack:
+                node, st = stack.pop()
+                for ch, child in node.items():
+                    if ch is None:
+                        mask[child] = True
+                        continue
+                    nxt = a.step(st, ch)
+                    if nxt is not None:
+                        stack.append((child, nxt))
+        if len(self._mask_cache) > 4096:
+            self._mask_cache.clear()
+        self._mask_cache[key] = mask
+        return mask
+
+    def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        self._advance(list(token_ids))
+        state = self._state
+        n = logits.shape[-1]
+        full = torch.zeros(n, dtype=torch.bool, device=logits.device)
+        if state is not None:
+            m = self.allowed(state)
+            k = min(n, m.shape[0])
+            full[:k] = m[:k].to(logits.device)
+            if self.automaton.is_complete(state):
+                full[:] = False
+        done = state is None or self.automaton.is_complete(state)
+        for e in self.eos_ids:
+            if e is not None and e < n:
+                full[e] = done
+        if not bool(full.any()):
+            return logits  # nothing valid (should not happen); let the engine stop on max_tokens
+        return logits.masked_fill(~full, float("-inf"))

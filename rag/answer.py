@@ -1,0 +1,58 @@
+"""The answer a pipeline returns: text, citations that resolve to real passages, and costs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Citation:
+    """Where a `[n]` marker in the answer points: enough to show and link the source."""
+
+    marker: int
+    chunk_id: str
+    doc_id: str
+    source: str
+    title: str = ""
+    page: int | None = None
+    url: str | None = None
+    section: str = ""
+    inferred: bool = False  # added by overlap attribution, not written by the model
+
+
+@dataclass
+class Passage:
+    """A context passage as given to the model, numbered as the model saw it."""
+
+    marker: int
+    chunk_id: str
+    doc_id: str
+    text: str
+    score: float
+    source: str = ""
+    title: str = ""
+    section: str = ""
+    page: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    citations: list[Citation] = field(default_factory=list)
+    passages: list[Passage] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)  # prompt, completion, cached
+    refused: bool = False
+    removed_markers: int = 0
+    dropped_passages: list[str] = field(default_factory=list)  # chunk ids left out for length
+    queries: list[str] = field(default_factory=list)  # what was actually searched
+    finish_reason: str | None = None
+
+    def to_dict(self, passages: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        if not passages:
+            d.pop("passages")
+        return d
