@@ -1,0 +1,101 @@
+"""Ablations: the same queries through every config variant of a grid, one result row each.
+
+Why a factory: building a variant (indexing with another chunk size, loading a reranker) is the
+expensive part and belongs to the pipeline, so the caller passes
+`make_search_fn(overrides) -> search_fn` and this module only decides *when* to call it. It is
+called lazily, only for variants that still have queries to run, so resuming a finished grid
+costs no index builds. Per-query results go to one cache file per variant, appended as each
+query finishes: an interrupted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eval.cache import QueryCache
+from eval.datasets import config_hash
+from eval.grid import Grid, Variant, slug
+from eval.metrics import DEFAULT_METRICS, Qrels
+from eval.retrieval_eval import DEFAULT_KS, EvalResult, SearchFn, evaluate_retrieval
+
+MakeSearchFn = Callable[[dict[str, Any]], SearchFn]
+
+
+class _LazySearch:
+    """Builds the variant's search function on first use and closes it afterwards if it can."""
+
+    def __init__(self, factory: MakeSearchFn, overrides: dict[str, Any]):
+        self.factory, self.overrides = factory, overrides
+        self.fn: SearchFn | None = None
+
+    def __call__(self, query: str) -> Any:
+        if self.fn is None:
+            self.fn = self.factory(dict(self.overrides))
+        return self.fn(query)
+
+    def close(self) -> None:
+        close = getattr(self.fn, "close", None)
+        if callable(close):
+            close()
+
+
+def variant_cache(out_dir: str | Path, variant: Variant, fingerprint: str, depth: int) -> QueryCache:
+    """The cache of one variant; its key changes with the dataset, the overrides and the depth."""
+    key = config_hash({"dataset": fingerprint, "set": variant.set, "depth": depth})
+    return QueryCache(Path(out_dir) / "cache" / f"{slug(variant.name)}.jsonl", key)
+
+
+def run_ablation(
+    grid: Grid | Sequence[Variant],
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    make_search_fn: MakeSearchFn,
+    out_dir: str | Path,
+    ks: Sequence[int] = DEFAULT_KS,
+    progress: bool = True,
+    *,
+    dataset: str = "",
+    split: str = "",
+    fingerprint: str = "",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    to_doc_id: Callable[[str], str] | None = None,
+    on_result: Callable[[EvalResult], None] | None = None,
+) -> list[EvalResult]:
+    """Evaluate every variant on the same queries; returns one `EvalResult` per variant.
+
+    `out_dir/results.json` is rewritten after each variant, so finished rows survive a crash
+    in a later one. `fingerprint` (see `datasets.dataset_fingerprint`) keys the caches: results
+    of another dataset version are never reused.
+    """
+    variants = grid.expand() if isinstance(grid, Grid) else list(grid)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    depth = max(ks)
+    results: list[EvalResult] = []
+    for v in variants:
+        cache = variant_cache(out, v, fingerprint or dataset, depth)
+        search = _LazySearch(make_search_fn, v.set)
+        try:
+            res = evaluate_retrieval(
+                queries, qrels, search, ks, progress, cache,
+                dataset=dataset, split=split, config={"variant": v.name, "set": v.set},
+                name=v.name, metrics=metrics, to_doc_id=to_doc_id,
+            )
+        finally:
+            search.close()
+        results.append(res)
+        save_results(results, out / "results.json")
+        if on_result is not None:
+            on_result(res)
+    return results
+
+
+def save_results(results: Sequence[EvalResult], path: str | Path) -> Path:
+    """A JSON list of result rows, each the published shape plus its variant name."""
+    path = Path(path)
+    rows = [{"name": r.name, **r.to_dict()} for r in results]
+    path.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path

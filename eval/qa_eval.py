@@ -1,0 +1,158 @@
+"""End-to-end answer evaluation: questions through an answer function, scored against gold.
+
+Why an answer *function*: the pipeline (retrieve, rerank, compress, generate) is the lead's to
+compose; this module only needs question -> answer text, cited passages, timings and token
+counts. Unanswerable questions follow SQuAD v2: a refusal counts as the correct empty answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tqdm import tqdm
+
+from eval.answers import Cited, Mode, RefusalConfig, citation_scores, exact_match, is_refusal, token_f1
+from eval.cache import QueryCache
+from eval.cost import TOTAL, aggregate_costs
+from eval.datasets import QAItem
+from eval.retrieval_eval import EvalResult
+
+COST_KEYS = ("tokens_in", "tokens_out", "context_tokens_before", "context_tokens_after", "prefix_cached_tokens")
+
+
+@dataclass
+class QAOutput:
+    """What an answer function returns; `refused` (when the pipeline knows) beats phrase detection."""
+
+    text: str
+    citations: list[Cited] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    refused: bool | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    context_tokens_before: int | None = None
+    context_tokens_after: int | None = None
+    prefix_cached_tokens: int | None = None
+
+
+AnswerFn = Callable[[str], Any]
+
+
+def _cited(c: Any) -> Cited:
+    if isinstance(c, Cited):
+        return c
+    if isinstance(c, Mapping):
+        return Cited(str(c.get("doc_id", "")), str(c.get("text", "")))
+    if hasattr(c, "chunk"):
+        return Cited(str(c.chunk.doc_id), str(getattr(c.chunk, "text", "")))
+    if hasattr(c, "doc_id"):
+        return Cited(str(c.doc_id), str(getattr(c, "text", "")))
+    return Cited(str(c[0]), str(c[1]) if len(c) > 1 else "")
+
+
+def normalise_answer_output(out: Any) -> QAOutput:
+    """Accept a QAOutput, a plain string, a mapping or an object with the same field names."""
+    if isinstance(out, QAOutput):
+        return out
+    if isinstance(out, str):
+        return QAOutput(text=out)
+    get = out.get if isinstance(out, Mapping) else (lambda k, d=None: getattr(out, k, d))
+    text = get("text", None)
+    if text is None:
+        text = get("answer", "")
+    kw = {k: get(k, None) for k in COST_KEYS}
+    return QAOutput(text=str(text), citations=[_cited(c) for c in get("citations", None) or []],
+                    timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None), **kw)
+
+
+def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None) -> dict[str, float]:
+    refused = out.refused if out.refused is not None else is_refusal(out.text, refusal)
+    pred = "" if refused else out.text
+    gold = [] if item.is_impossible else item.answers
+    s = {"em": exact_match(pred, gold, mode), "f1": token_f1(pred, gold, mode), "refused": float(refused)}
+    if not item.is_impossible:
+        cs = citation_scores(out.citations, item.answers, [item.gold_doc_id] if item.gold_doc_id else [])
+        if cs is not None:
+            s.update(cs)
+    return s
+
+
+def evaluate_qa(
+    items: Sequence[QAItem],
+    answer_fn: AnswerFn,
+    *,
+    mode: Mode = "auto",
+    refusal: RefusalConfig | None = None,
+    progress: bool = True,
+    cache: QueryCache | None = None,
+    dataset: str = "",
+    split: str = "",
+    config: Mapping[str, Any] | None = None,
+    name: str = "",
+) -> EvalResult:
+    """Answer every question and score it.
+
+    Metrics: `em`/`f1` over all questions (SQuAD v2 style), `has_ans_em`/`has_ans_f1` over the
+    answerable ones, `refusal_acc` / `false_refusal`, `citation_precision`/`citation_recall` over
+    answerable answers that cite something (`cited_rate` says how many did), and token counts,
+    compression ratio and prefix-cache hit rate when the answer function reports them.
+    """
+    outputs: dict[str, QAOutput] = {}
+    todo = []
+    for it in items:
+        rec = cache.get(it.id) if cache is not None else None
+        if rec is None:
+            todo.append(it)
+        else:
+            outputs[it.id] = QAOutput(**{**rec["output"], "citations": [Cited(**c) for c in rec["output"]["citations"]]})
+    bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not progress,
+               desc=f"qa {name or dataset}".strip(), unit="q")
+    try:
+        for it in todo:
+            t0 = time.perf_counter()
+            out = normalise_answer_output(answer_fn(it.question))
+            out.timings_ms.setdefault(TOTAL, (time.perf_counter() - t0) * 1000.0)
+            outputs[it.id] = out
+            if cache is not None:
+                cache.put(it.id, {"output": asdict(out)})
+            bar.update(1)
+    finally:
+        bar.close()
+    per_query = {it.id: score_item(it, outputs[it.id], mode, refusal) for it in items}
+    costs = aggregate_costs({"timings_ms": o.timings_ms, **{k: getattr(o, k) for k in COST_KEYS}}
+                            for o in (outputs[it.id] for it in items))
+    return EvalResult(
+        dataset=dataset, split=split, config=dict(config or {}),
+        metrics=_qa_metrics(items, per_query, costs), latency_ms=costs["latency_ms"],
+        n_queries=len(items), name=name, per_query=per_query, executed=len(todo),
+    )
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _qa_metrics(items: Sequence[QAItem], pq: Mapping[str, Mapping[str, float]], costs: Mapping[str, Any]) -> dict[str, float]:
+    ans = [pq[i.id] for i in items if not i.is_impossible]
+    imp = [pq[i.id] for i in items if i.is_impossible]
+    m = {"em": _mean([s["em"] for s in pq.values()]), "f1": _mean([s["f1"] for s in pq.values()])}
+    if imp:
+        m["has_ans_em"] = _mean([s["em"] for s in ans])
+        m["has_ans_f1"] = _mean([s["f1"] for s in ans])
+        m["refusal_acc"] = _mean([s["refused"] for s in imp])
+    m["false_refusal"] = _mean([s["refused"] for s in ans])
+    cited = [s for s in ans if "citation_precision" in s]
+    if cited:
+        m["citation_precision"] = _mean([s["citation_precision"] for s in cited])
+        m["citation_recall"] = _mean([s["citation_recall"] for s in cited])
+    m["cited_rate"] = len(cited) / len(ans) if ans else 0.0
+    for k in ("tokens_in", "tokens_out"):
+        if k in costs:
+            m[f"{k}_mean"] = costs[k]["mean"]
+    for k in ("compression_ratio", "prefix_cache_hit_rate"):
+        if k in costs:
+            m[k] = costs[k]
+    return m

@@ -1,0 +1,189 @@
+"""Run every query of a dataset through a search function and score the rankings.
+
+Why a search *function*: the evaluation must not know how retrieval is built (BM25, dense,
+hybrid, reranked, through the full pipeline or a bare index), so it takes a callable from query
+text to ranked hits. It accepts what a `retrieval` Retriever returns (an object with
+`.candidates`, each with `.chunk.doc_id` and `.score`, and `.timings_ms`), a `(hits, timings)`
+pair, or a bare list of `(id, score)` hits. Chunk hits are collapsed to documents (a document
+ranks where its best chunk ranks), so the search function must return at least max(ks) chunks,
+preferably more.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from eval.cache import QueryCache
+from eval.cost import TOTAL, latency_summary
+from eval.metrics import (
+    DEFAULT_METRICS,
+    Qrels,
+    doc_ranking,
+    is_judged,
+    mean_metrics,
+    metric_keys,
+    query_metrics,
+)
+
+SearchFn = Callable[[str], Any]
+DEFAULT_KS = (1, 3, 5, 10, 100)
+
+
+@dataclass
+class SearchOutput:
+    ranking: list[tuple[str, float]]  # document level, best first
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+def normalise_output(out: Any, to_doc_id: Callable[[str], str] | None = None) -> SearchOutput:
+    """Turn any supported search-function return value into a document ranking + timings."""
+    timings: Mapping[str, float] = {}
+    if hasattr(out, "candidates"):
+        hits, timings = out.candidates, getattr(out, "timings_ms", None) or {}
+    elif isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
+        hits, timings = out
+    else:
+        hits = out
+    pairs: list[tuple[str, float]] = []
+    for h in hits:
+        if hasattr(h, "chunk"):
+            doc_id, score = h.chunk.doc_id, getattr(h, "score", 0.0)
+        elif isinstance(h, str):
+            doc_id, score = h, 0.0
+        else:
+            doc_id, score = h[0], h[1]
+            if to_doc_id is not None:
+                doc_id = to_doc_id(doc_id)
+        pairs.append((str(doc_id), float(score)))
+    return SearchOutput(doc_ranking(pairs), {str(k): float(v) for k, v in timings.items()})
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    split: str
+    config: dict[str, Any]
+    metrics: dict[str, float]
+    latency_ms: dict[str, dict[str, float]]
+    n_queries: int
+    name: str = ""
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    rankings: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    executed: int = 0  # queries actually searched in this call (the rest came from the cache)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The published result shape (no per-query detail)."""
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "config": self.config,
+            "metrics": self.metrics,
+            "latency_ms": self.latency_ms,
+            "n_queries": self.n_queries,
+        }
+
+    def save_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return path
+
+
+def evaluate_retrieval(
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    search_fn: SearchFn,
+    ks: Sequence[int] = DEFAULT_KS,
+    progress: bool = True,
+    cache: QueryCache | None = None,
+    *,
+    dataset: str = "",
+    split: str = "",
+    config: Mapping[str, Any] | None = None,
+    name: str = "",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    to_doc_id: Callable[[str], str] | None = None,
+) -> EvalResult:
+    """Search every judged query, score document rankings at each k, summarise latency.
+
+    Queries without a relevant judgement are skipped (they cannot be scored). With a `cache`,
+    queries already in it are not searched again and each new one is stored as soon as it
+    finishes, so an interrupted evaluation resumes where it stopped. Latency per stage comes from
+    the search function's timings; `total` is the wall time of the call unless it reports one.
+    """
+    ks = sorted(set(int(k) for k in ks))
+    keys = metric_keys(ks, metrics)
+    depth = max(ks)
+    qids = [q for q in queries if is_judged(qrels.get(q))]
+    rankings: dict[str, list[tuple[str, float]]] = {}
+    timings: dict[str, dict[str, float]] = {}
+    todo = []
+    for q in qids:
+        rec = cache.get(q) if cache is not None else None
+        if rec is None:
+            todo.append(q)
+        else:
+            rankings[q] = [(d, s) for d, s in rec["ranking"]]
+            timings[q] = rec["timings_ms"]
+    bar = tqdm(total=len(qids), initial=len(qids) - len(todo), disable=not progress,
+               desc=f"eval {name or dataset}".strip(), unit="q")
+    try:
+        for q in todo:
+            t0 = time.perf_counter()
+            raw = search_fn(queries[q])
+            wall = (time.perf_counter() - t0) * 1000.0
+            out = normalise_output(raw, to_doc_id)
+            out.timings_ms.setdefault(TOTAL, wall)
+            rankings[q] = out.ranking[:depth]
+            timings[q] = out.timings_ms
+            if cache is not None:
+                cache.put(q, {"ranking": rankings[q], "timings_ms": out.timings_ms})
+            bar.update(1)
+    finally:
+        bar.close()
+    per_query = {q: query_metrics([d for d, _ in rankings[q]], qrels[q], ks, metrics) for q in qids}
+    return EvalResult(
+        dataset=dataset,
+        split=split,
+        config=dict(config or {}),
+        metrics=mean_metrics(per_query, keys),
+        latency_ms=latency_summary(timings[q] for q in qids),
+        n_queries=len(qids),
+        name=name,
+        per_query=per_query,
+        rankings={q: rankings[q] for q in qids},
+        executed=len(todo),
+    )
+
+
+def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[str] | None = None) -> str:
+    """A fixed-width text table: one row per result, chosen metric columns, total latency."""
+    rows = [results] if isinstance(results, EvalResult) else list(results)
+    if not rows:
+        return ""
+    cols = list(columns or _default_columns(rows[0].metrics))
+    header = ["variant", "n", *cols, "p50 ms", "p95 ms"]
+    body = []
+    for r in rows:
+        lat = r.latency_ms.get(TOTAL, {})
+        body.append([r.name or r.dataset or "-", str(r.n_queries),
+                     *(f"{r.metrics.get(c, float('nan')):.4f}" for c in cols),
+                     f"{lat.get('p50', 0.0):.1f}", f"{lat.get('p95', 0.0):.1f}"])
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [fmt.format(*header), "  ".join("-" * w for w in widths)]
+    lines += [fmt.format(*b) for b in body]
+    return "\n".join(lines)
+
+
+def _default_columns(metrics: Mapping[str, float]) -> list[str]:
+    preferred = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10"]
+    cols = [c for c in preferred if c in metrics]
+    return cols or list(metrics)[:6]
