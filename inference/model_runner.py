@@ -1,0 +1,109 @@
+"""Turns a scheduled batch into tensors, runs the model and returns next-token logits.
+
+Input layout: decode rows first (one token each, so the decode gather covers rows [0, Bd)),
+then each prefill chunk contiguously. Only the last row of a sequence whose tokens are now all
+computed produces logits; intermediate prefill chunks don't.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inference import kv_cache
+from inference.layers.metadata import AttentionMetadata, PrefillSpan
+from inference.scheduler import ScheduledBatch
+
+
+class ModelRunner:
+    def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype, device: str,
+                 int8_kv: bool) -> None:
+        self.model = model
+        self.device = device
+        self.block_size = block_size
+        self.num_layers = len(model.layers)
+        self.caches = kv_cache.allocate(self.num_layers, num_blocks, block_size, model.num_kv_heads,
+                                        model.head_dim, dtype, device, int8_kv)
+        model.set_kv_caches(self.caches)
+        self._arange = torch.arange(block_size, device=device)
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        for src, dst in pairs:
+            for c in self.caches:
+                c.copy_block(src, dst)
+
+    def _slots(self, table: list[int], start: int, end: int) -> torch.Tensor:
+        bs = self.block_size
+        nb = -(-end // bs)
+        bt = torch.tensor(table[:nb], dtype=torch.long)
+        return (bt[:, None] * bs + torch.arange(bs)).reshape(-1)[start:end]
+
+    def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        bs = self.block_size
+        ids: list[int] = []
+        pos: list[torch.Tensor] = []
+        slot_parts: list[torch.Tensor] = []
+        logits_rows: list[int] = []
+        decode_tables: list[list[int]] = []
+        decode_lens: list[int] = []
+        prefills: list[PrefillSpan] = []
+        for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
+            start = seq.num_computed_tokens
+            end = start + n
+            row = len(ids)
+            ids.extend(seq.token_ids[start:end])
+            if n == 1:
+                p = end - 1
+                decode_tables.append(seq.block_table[: -(-end // bs)])
+                decode_lens.append(end)
+                pos.append(torch.tensor([p]))
+                slot_parts.append(torch.tensor([seq.block_table[p // bs] * bs + p % bs]))
+            else:
+                ctx_slots = self._slots(seq.block_table, 0, end)
+                pos.append(torch.arange(start, end))
+                slot_parts.append(ctx_slots[start:])
+                mask = None
+                if start:
+                    qpos = torch.arange(start, end)[:, None]
+                    mask = torch.arange(end)[None, :] <= qpos
+                    mask = mask.to(self.device)
+                prefills.append(PrefillSpan(row, n, end, ctx_slots.to(self.device), mask,
+                                            torch.tensor(seq.block_table[: -(-end // bs)], dtype=torch.int32,
+                                                         device=self.device)))
+            if end == len(seq.token_ids):
+                logits_rows.append(row + n - 1)
+        dev = self.device
+        meta = AttentionMetadata(slot_mapping=torch.cat(slot_parts).to(dev), prefills=prefills)
+        if decode_tables:
+            nbd = len(decode_tables)
+            width = max(len(t) for t in decode_tables)
+            table = torch.zeros(nbd, width, dtype=torch.long)
+            for i, t in enumerate(decode_tables):
+                table[i, : len(t)] = torch.tensor(t)
+            lens = torch.tensor(decode_lens)
+            mask = torch.arange(width * bs)[None, :] < lens[:, None]
+            meta.decode_idx = torch.arange(nbd, device=dev)
+            meta.decode_block_tables = table.to(dev)
+            meta.decode_ctx_lens = lens.to(dev)
+            meta.decode_mask = mask[:, None, None, :].to(dev)
+            meta.decode_contiguous = True
+        input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
+        positions = torch.cat(pos).to(dev)
+        return input_ids, positions, meta, logits_rows
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int]]:
+        """Returns logits [num_rows_with_logits, vocab] (float32, CPU) and which batch entries
+        they belong to (index into batch.seqs)."""
+        input_ids, positions, meta, rows = self.prepare(batch)
+        hidden = self.model(input_ids, positions, meta)
+        wanted = set(rows)
+        owners = []
+        r = 0
+        for i, n in enumerate(batch.num_tokens):
+            r += n
+            if (r - 1) in wanted:
+                owners.append(i)
+        if not rows:
+            return torch.empty(0), owners
+        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
+        return logits.float().cpu(), owners

@@ -1,0 +1,145 @@
+"""Llama-family decoder over a flattened mixed batch (Llama, Mistral, Qwen2, Qwen3).
+
+Variants differ only in small switches read from the HF config: Qwen2 has biases on q/k/v,
+Qwen3 normalises q and k per head before RoPE. Q/K/V and gate/up are fused into single matmuls
+(fewer kernel launches and Python hops per layer, which dominate small-model decode on CPU).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.layers.attention import paged_attention
+from inference.layers.metadata import AttentionMetadata
+from inference.layers.norm import RMSNorm
+from inference.layers.rotary import RotaryEmbedding
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        qkv_bias = cfg.model_type == "qwen2" or bool(getattr(cfg, "attention_bias", False))
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size,
+                                bias=bool(getattr(cfg, "attention_bias", False)) and cfg.model_type != "qwen2")
+        self.qk_norm = cfg.model_type == "qwen3"
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.rotary = rotary
+        self.kv_cache = None  # set by the runner: LayerKVCache
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        o = paged_attention(q, k, v, self.kv_cache, meta)
+        return self.o_proj(o.reshape(t, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.inter = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, rotary: RotaryEmbedding) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, rotary)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), positions, meta)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg, max_positions: int | None = None) -> None:
+        super().__init__()
+        self.config = cfg
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.rotary = RotaryEmbedding(head_dim, max_positions or cfg.max_position_embeddings, cfg)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(cfg, self.rotary) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
+        if not self.tied:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.layers[0].self_attn.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.layers[0].self_attn.head_dim
+
+    def set_kv_caches(self, caches) -> None:
+        for layer, cache in zip(self.layers, caches, strict=True):
+            layer.self_attn.kv_cache = cache
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            h = layer(h, positions, meta)
+        return self.norm(h)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.tied else self.lm_head.weight
+        return F.linear(hidden, weight).float()
+
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Map HF names onto our fused layout; refuse silently-missing weights."""
+        own = dict(self.named_parameters())
+        done: set[str] = set()
+
+        def put(name: str, value: torch.Tensor) -> None:
+            own[name].data.copy_(value)
+            done.add(name)
+
+        for i in range(len(self.layers)):
+            p = f"model.layers.{i}."
+            a = f"layers.{i}.self_attn."
+            put(a + "qkv_proj.weight", torch.cat([state[p + f"self_attn.{n}_proj.weight"] for n in "qkv"]))
+            if a + "qkv_proj.bias" in own:
+                put(a + "qkv_proj.bias", torch.cat([state[p + f"self_attn.{n}_proj.bias"] for n in "qkv"]))
+            put(a + "o_proj.weight", state[p + "self_attn.o_proj.weight"])
+            if a + "o_proj.bias" in own:
+                put(a + "o_proj.bias", state[p + "self_attn.o_proj.bias"])
+            if a + "q_norm.weight" in own:
+                put(a + "q_norm.weight", state[p + "self_attn.q_norm.weight"])
+                put(a + "k_norm.weight", state[p + "self_attn.k_norm.weight"])
+            m = f"layers.{i}.mlp."
+            put(m + "gate_up_proj.weight",
+                torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]]))
+            put(m + "down_proj.weight", state[p + "mlp.down_proj.weight"])
+            put(f"layers.{i}.input_layernorm.weight", state[p + "input_layernorm.weight"])
+            put(f"layers.{i}.post_attention_layernorm.weight", state[p + "post_attention_layernorm.weight"])
+        put("embed_tokens.weight", state["model.embed_tokens.weight"])
+        put("norm.weight", state["model.norm.weight"])
+        if not self.tied:
+            put("lm_head.weight", state.get("lm_head.weight", state["model.embed_tokens.weight"]))
+        missing = set(own) - done
+        if missing:
+            raise ValueError(f"weights missing from checkpoint: {sorted(missing)[:5]}")

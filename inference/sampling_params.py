@@ -1,0 +1,51 @@
+"""Per-request decoding settings (vLLM-compatible names where they exist)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# logits_processors: fn(generated_token_ids, logits[vocab]) -> logits
+LogitsProcessor = Callable[[list[int], Any], Any]
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    n: int = Field(1, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)  # 0 = disabled
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int = Field(16, ge=1)
+    min_tokens: int = Field(0, ge=0)
+    stop: list[str] = Field(default_factory=list)
+    stop_token_ids: list[int] = Field(default_factory=list)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = Field(None, ge=0)  # top-N logprobs per generated token
+    # logprobs of these tokens as the next token after the prompt (e.g. P("yes") for a reranker)
+    candidate_token_ids: list[int] | None = None
+    logits_processors: list[LogitsProcessor] = Field(default_factory=list)
+    skip_special_tokens: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stop_as_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("stop"), str):
+            data = {**data, "stop": [data["stop"]]}
+        return data
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5 or self.top_k == 1
+
+    @property
+    def needs_penalties(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0

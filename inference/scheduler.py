@@ -1,0 +1,99 @@
+"""Iteration-level scheduler: continuous batching, chunked prefill, priorities, preemption.
+
+Each step: running sequences first (decodes cost one token, unfinished prefills continue in
+chunks), then waiting ones are admitted while the token budget, `max_num_seqs` and free blocks
+allow. When a running sequence cannot get a block, the lowest-priority / latest-arrived running
+sequence is preempted by recompute: its blocks are freed (full ones stay in the prefix cache) and
+it goes back to the front of the queue with all its tokens, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from inference.block_manager import BlockManager
+from inference.sequence import Sequence, Status
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence]
+    num_tokens: list[int]  # tokens each sequence computes this step (decodes first)
+
+    @property
+    def empty(self) -> bool:
+        return not self.seqs
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        self.bm = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: list[Sequence] = []
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
+        self.waiting.sort(key=lambda s: s.sort_key)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, seq: Sequence) -> None:
+        """Drop a sequence wherever it is and free its blocks (finish or abort)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.bm.free(seq)
+
+    def _preempt(self, victim: Sequence) -> None:
+        self.running.remove(victim)
+        self.bm.free(victim)
+        victim.status = Status.WAITING
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.append(victim)
+        self.waiting.sort(key=lambda s: s.sort_key)
+
+    def schedule(self) -> ScheduledBatch:
+        budget = self.max_num_batched_tokens
+        decodes: list[Sequence] = []
+        prefills: list[tuple[Sequence, int]] = []
+        self.running.sort(key=lambda s: s.sort_key)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_uncomputed, budget)
+            while not self.bm.ensure(seq, n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status != Status.RUNNING:
+                continue  # preempted itself; the loop index now points at the next one
+            (decodes.append(seq) if seq.num_uncomputed == 1 else prefills.append((seq, n)))
+            budget -= n
+            i += 1
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            hit = self.bm.match_prefix(seq)
+            n = min(seq.num_uncomputed, budget)
+            if not self.bm.ensure(seq, n):
+                self.bm.free(seq)  # give back the prefix blocks; retry when others finish
+                break
+            self.waiting.pop(0)
+            seq.status = Status.RUNNING
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
+                seq.num_cached_tokens = min(hit, seq.num_prompt_tokens)
+                self.bm.record_query(seq.num_prompt_tokens, seq.num_cached_tokens)
+            self.running.append(seq)
+            (decodes.append(seq) if seq.num_uncomputed == 1 else prefills.append((seq, n)))
+            budget -= n
+        seqs = decodes + [s for s, _ in prefills]
+        return ScheduledBatch(seqs=seqs, num_tokens=[1] * len(decodes) + [n for _, n in prefills])

@@ -1,0 +1,83 @@
+"""A sequence: token ids, how many of them have K/V in the pool, and its block table.
+
+Every sequence is handled the same way each step: it computes its not-yet-computed tokens
+(the whole prompt, a prompt chunk, or the one token sampled last step). That single rule covers
+prefill, chunked prefill, decode and recompute after preemption.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from inference.sampling_params import SamplingParams
+
+_ids = itertools.count()
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+    arrival_time: float = field(default_factory=time.monotonic)
+    seq_id: int = field(default_factory=lambda: next(_ids))
+    index: int = 0  # which of the request's n samples
+
+    def __post_init__(self) -> None:
+        self.token_ids: list[int] = list(self.prompt_token_ids)
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.num_hashed_blocks = 0  # leading blocks already registered in the prefix cache
+        self.block_hashes: list[bytes] = []  # chained hash of each full block
+        self.status = Status.WAITING
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache (first admission)
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+        self.num_preemptions = 0
+        self.logprobs: list[dict[int, float]] = []
+        self.candidate_logprobs: dict[int, float] | None = None
+        self.generator = None  # torch.Generator when params.seed is set
+        self.pending_forks = self.params.n - 1 if self.index == 0 else 0
+        self.text = ""  # detokenised output so far
+        self.emitted_text_len = 0
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_uncomputed(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == Status.FINISHED
+
+    @property
+    def sort_key(self) -> tuple[int, float, int]:
+        """Lower runs first: priority value, then arrival (FCFS)."""
+        return (self.priority, self.arrival_time, self.seq_id)
+
+    def append(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
