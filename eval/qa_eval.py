@@ -25,7 +25,7 @@ COST_KEYS = ("tokens_in", "tokens_out", "context_tokens_before", "context_tokens
 
 @dataclass
 class QAOutput:
-    """What an answer function returns; `refused` (when the pipeline knows) beats phrase detection."""
+    """What an answer function returns; `refused` is the pipeline's own flag (phrases count too)."""
 
     text: str
     citations: list[Cited] = field(default_factory=list)
@@ -41,7 +41,9 @@ class QAOutput:
 AnswerFn = Callable[[str], Any]
 
 
-def _cited(c: Any) -> Cited:
+def _cited(c: Any, passages: Mapping[Any, str]) -> Cited:
+    """One citation as (doc_id, text); a citation that only names a marker or chunk id (as
+    `rag.answer.Citation` does) takes its text from the passage the model was shown."""
     if isinstance(c, Cited):
         return c
     if isinstance(c, Mapping):
@@ -49,12 +51,18 @@ def _cited(c: Any) -> Cited:
     if hasattr(c, "chunk"):
         return Cited(str(c.chunk.doc_id), str(getattr(c.chunk, "text", "")))
     if hasattr(c, "doc_id"):
-        return Cited(str(c.doc_id), str(getattr(c, "text", "")))
+        text = getattr(c, "text", None) or passages.get(getattr(c, "marker", None)) \
+            or passages.get(getattr(c, "chunk_id", None)) or ""
+        return Cited(str(c.doc_id), str(text))
     return Cited(str(c[0]), str(c[1]) if len(c) > 1 else "")
 
 
 def normalise_answer_output(out: Any) -> QAOutput:
-    """Accept a QAOutput, a plain string, a mapping or an object with the same field names."""
+    """Accept a QAOutput, a plain string, a mapping or an object with the same field names.
+
+    Objects shaped like `rag.answer.Answer` also work: `tokens` {prompt, completion, cached}
+    fills the token counts and `passages` supply the text of marker-only citations.
+    """
     if isinstance(out, QAOutput):
         return out
     if isinstance(out, str):
@@ -63,13 +71,26 @@ def normalise_answer_output(out: Any) -> QAOutput:
     text = get("text", None)
     if text is None:
         text = get("answer", "")
+    passages: dict[Any, str] = {}
+    for p in get("passages", None) or []:
+        ptext = p.get("text", "") if isinstance(p, Mapping) else getattr(p, "text", "")
+        for key in ("marker", "chunk_id"):
+            v = p.get(key) if isinstance(p, Mapping) else getattr(p, key, None)
+            if v is not None:
+                passages[v] = ptext
+    tokens = get("tokens", None) or {}
     kw = {k: get(k, None) for k in COST_KEYS}
-    return QAOutput(text=str(text), citations=[_cited(c) for c in get("citations", None) or []],
+    for k, alias in (("tokens_in", "prompt"), ("tokens_out", "completion"), ("prefix_cached_tokens", "cached"),
+                     ("context_tokens_before", "context_before"), ("context_tokens_after", "context_after")):
+        if kw[k] is None:
+            kw[k] = tokens.get(alias, tokens.get(k))
+    return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
                     timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None), **kw)
 
 
 def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None) -> dict[str, float]:
-    refused = out.refused if out.refused is not None else is_refusal(out.text, refusal)
+    # Either signal counts: the pipeline's own flag, or a refusal phrase in the text.
+    refused = bool(out.refused) or is_refusal(out.text, refusal)
     pred = "" if refused else out.text
     gold = [] if item.is_impossible else item.answers
     s = {"em": exact_match(pred, gold, mode), "f1": token_f1(pred, gold, mode), "refused": float(refused)}
