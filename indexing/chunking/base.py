@@ -1,0 +1,128 @@
+"""What every chunker shares: spans -> Chunk objects with full metadata, and the token guard.
+
+Chunkers only decide character spans; this module turns spans into chunks (stable ids, section,
+page, language, user metadata) and enforces the embedder's token limit, re-splitting any span
+that would be truncated instead of letting it through.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from ..language import detect_language
+from ..tokens import DocTokens, TokenCounter
+from ..types import Chunk, Document
+from .windows import token_windows
+
+Span = tuple[int, int]
+# Estimated counts this close to the limit are verified by re-tokenising the chunk alone.
+MARGIN = 16
+
+
+def strip_span(text: str, a: int, b: int) -> Span:
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+def chunk_id(doc_id: str, granularity: str, n: int) -> str:
+    return f"{doc_id}#{granularity}#{n}"
+
+
+def make_chunks(
+    doc: Document,
+    spans: list[Span],
+    granularity: str,
+    parent_ids: list[str | None] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list[Chunk]:
+    """Chunks for the given spans; `text == doc.text[start:end]` exactly (spans are stripped)."""
+    out: list[Chunk] = []
+    for i, (a0, b0) in enumerate(spans):
+        a, b = strip_span(doc.text, a0, b0)
+        if b <= a:
+            continue
+        text = doc.text[a:b]
+        meta = dict(doc.metadata)
+        if extra:
+            meta.update(extra)
+        out.append(Chunk(
+            chunk_id=chunk_id(doc.doc_id, granularity, len(out)),
+            doc_id=doc.doc_id,
+            text=text,
+            start=a,
+            end=b,
+            granularity=granularity,
+            parent_id=parent_ids[i] if parent_ids else None,
+            source=doc.source,
+            title=doc.title,
+            date=doc.date,
+            section=doc.section_at(a),
+            page=doc.page_at(a),
+            language=detect_language(text, sample=600),
+            metadata=meta,
+        ))
+    return out
+
+
+class Chunker(ABC):
+    """One chunking strategy; `granularity` names the chunks it makes (several may run at once)."""
+
+    granularity: str = "default"
+
+    def __init__(self, counter: TokenCounter, limit: int | None = None):
+        self.counter = counter
+        # Content tokens allowed per chunk: the embedder budget unless a caller (parents) says so.
+        self.limit = counter.budget if limit is None else limit
+
+    @abstractmethod
+    def chunk(self, doc: Document) -> list[Chunk]:
+        """Chunks of one (cleaned) document."""
+
+    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+        """Chunks of several documents; backends override this to batch tokenizer calls."""
+        return [self.chunk(d) for d in docs]
+
+    def enforce_limit(self, text: str, spans: list[Span], limit: int | None = None,
+                      tokens: DocTokens | None = None) -> list[Span]:
+        return self.enforce_limits([text], [spans], limit, [tokens] if tokens else None)[0]
+
+    def enforce_limits(self, texts: list[str], spans: list[list[Span]], limit: int | None = None,
+                       tokens: list[DocTokens] | None = None) -> list[list[Span]]:
+        """Strip spans and re-split any whose real token count (re-tokenised alone) is over the limit.
+
+        With whole-text token maps only spans estimated within MARGIN of the limit are re-counted
+        (in one batched call); the rest are provably far enough below it.
+        """
+        limit = self.limit if limit is None else limit
+        stripped = [[strip_span(t, a, b) for a, b in sp] for t, sp in zip(texts, spans, strict=True)]
+        stripped = [[(a, b) for a, b in sp if b > a] for sp in stripped]
+        suspects = [
+            (d, i) for d, sp in enumerate(stripped) for i, (a, b) in enumerate(sp)
+            if tokens is None or tokens[d].count_span(a, b) > limit - MARGIN
+        ]
+        counts = self.counter.count_many([texts[d][slice(*stripped[d][i])] for d, i in suspects])
+        over = {(d, i) for (d, i), n in zip(suspects, counts, strict=True) if n > limit}
+        if not over:
+            return stripped
+        return [
+            [piece for i, (a, b) in enumerate(sp)
+             for piece in (self.split_to_fit(texts[d], a, b, limit) if (d, i) in over else [(a, b)])]
+            for d, sp in enumerate(stripped)
+        ]
+
+    def split_to_fit(self, text: str, a: int, b: int, limit: int) -> list[Span]:
+        """Token windows over text[a:b], each verified alone and shrunk until it fits."""
+        piece = text[a:b]
+        offsets = self.counter.offsets_many([piece])[0]
+        size = limit
+        while True:
+            spans = [(a + s, a + e) for s, e in token_windows(piece, offsets, size)]
+            if all(self.counter.count(text[s:e]) <= limit for s, e in spans):
+                return spans
+            size -= max(1, size // 16)  # word-piece effects at cut points: retry a bit smaller
+            if size < 1:
+                raise RuntimeError("cannot split text under the token limit")

@@ -1,0 +1,23 @@
+"""One document, one chunk; a document over the token limit is split, never truncated."""
+
+from __future__ import annotations
+
+from ..config import NoneSpec
+from ..tokens import TokenCounter
+from ..types import Chunk, Document
+from .base import Chunker, make_chunks
+
+
+class WholeDocChunker(Chunker):
+    def __init__(self, spec: NoneSpec, counter: TokenCounter, limit: int | None = None):
+        super().__init__(counter, limit)
+        self.granularity = spec.granularity
+
+    def chunk(self, doc: Document) -> list[Chunk]:
+        return self.chunk_many([doc])[0]
+
+    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+        texts = [d.text for d in docs]
+        tokens = self.counter.doc_tokens_many(texts)
+        spans = self.enforce_limits(texts, [[(0, len(t))] for t in texts], None, tokens)
+        return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

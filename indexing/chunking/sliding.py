@@ -1,0 +1,35 @@
+"""Sliding windows measured in the embedder's tokens, with overlap.
+
+All documents of a batch are tokenised in one call (offsets included); windows are then cut
+from the offsets, snapped to sentence/word ends, and each is re-counted alone as a guard.
+"""
+
+from __future__ import annotations
+
+from ..config import SlidingSpec
+from ..tokens import DocTokens, TokenCounter
+from ..types import Chunk, Document
+from .base import Chunker, make_chunks
+from .windows import token_windows
+
+
+class SlidingChunker(Chunker):
+    def __init__(self, spec: SlidingSpec, counter: TokenCounter, limit: int | None = None):
+        super().__init__(counter, limit)
+        self.spec = spec
+        self.granularity = spec.granularity
+        self.size = min(spec.chunk_size, self.limit)
+        self.limit = max(self.limit, self.size)
+
+    def spans(self, doc: Document, tokens: DocTokens) -> list[tuple[int, int]]:
+        return token_windows(doc.text, tokens.offsets, self.size, self.spec.overlap)
+
+    def chunk(self, doc: Document) -> list[Chunk]:
+        return self.chunk_many([doc])[0]
+
+    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+        texts = [d.text for d in docs]
+        tokens = self.counter.doc_tokens_many(texts)
+        spans = self.enforce_limits(texts, [self.spans(d, t) for d, t in zip(docs, tokens, strict=True)],
+                                    self.size, tokens)
+        return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

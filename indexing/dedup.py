@@ -1,0 +1,150 @@
+"""Exact and near-duplicate detection across one ingest (MinHash LSH or SimHash).
+
+Both keep the first document seen and flag later ones, so re-ingesting the same corpus drops
+the same documents every time. Shingles are word n-grams, with every CJK character a word,
+so Chinese/Japanese text (no spaces) is compared sensibly too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from collections import defaultdict
+
+import numpy as np
+
+_TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|\w+")
+_P31 = np.uint64((1 << 31) - 1)
+
+
+def normalized_key(text: str) -> str:
+    """Exact-duplicate key: case and whitespace differences do not make a document new."""
+    return hashlib.blake2b(" ".join(text.lower().split()).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def shingle_hashes(text: str, k: int) -> np.ndarray:
+    """32-bit hashes of the distinct k-token shingles (stable across processes, unlike hash())."""
+    toks = _TOKEN.findall(text.lower())
+    if not toks:
+        return np.zeros(0, dtype=np.uint64)
+    grams = {" ".join(toks[i : i + k]) for i in range(max(1, len(toks) - k + 1))}
+    return np.unique(np.fromiter((zlib.crc32(g.encode("utf-8")) for g in grams), dtype=np.uint64, count=len(grams)))
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser: spreads 32-bit shingle hashes over 64 well-mixed bits (wrapping math)."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard of two arrays of distinct shingle hashes."""
+    if a.size == 0 and b.size == 0:
+        return 1.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
+
+
+class MinHashLSH:
+    """Jaccard near-duplicates: banded MinHash signatures, candidates verified on the signature."""
+
+    def __init__(self, threshold: float = 0.9, num_perm: int = 128, shingle: int = 3, seed: int = 1):
+        rng = np.random.default_rng(seed)
+        self.a = rng.integers(1, int(_P31), size=num_perm, dtype=np.uint64)
+        self.b = rng.integers(0, int(_P31), size=num_perm, dtype=np.uint64)
+        self.threshold, self.shingle = threshold, shingle
+        self.bands, self.rows = self._bands(threshold, num_perm)
+        self.buckets: dict[tuple[int, bytes], list[int]] = defaultdict(list)
+        self.sigs: list[np.ndarray] = []
+        self.ids: list[str] = []
+
+    @staticmethod
+    def _bands(t: float, n: int) -> tuple[int, int]:
+        # The S-curve midpoint (1/b)^(1/r) sits a little below t: favour recall, verify after.
+        target = max(0.05, t - 0.1)
+        best = min(((n // r, r) for r in range(1, n + 1)),
+                   key=lambda br: abs((1 / br[0]) ** (1 / br[1]) - target))
+        return best
+
+    def signature(self, text: str) -> np.ndarray:
+        x = shingle_hashes(text, self.shingle)
+        if x.size == 0:
+            return np.full(self.a.shape, int(_P31), dtype=np.uint64)
+        return ((np.outer(x, self.a) + self.b) % _P31).min(axis=0)
+
+    def check_add(self, doc_id: str, text: str) -> str | None:
+        """Id of an earlier near-duplicate of `text`, or None after remembering it as new."""
+        sig = self.signature(text)
+        keys = [(i, sig[i * self.rows : (i + 1) * self.rows].tobytes()) for i in range(self.bands)]
+        seen: set[int] = set()
+        for key in keys:
+            for j in self.buckets.get(key, ()):
+                if j not in seen:
+                    seen.add(j)
+                    if float(np.mean(self.sigs[j] == sig)) >= self.threshold:
+                        return self.ids[j]
+        idx = len(self.sigs)
+        self.sigs.append(sig)
+        self.ids.append(doc_id)
+        for key in keys:
+            self.buckets[key].append(idx)
+        return None
+
+
+class SimHash:
+    """Near-duplicates from a 64-bit SimHash, confirmed on the exact shingle Jaccard.
+
+    Candidates are fingerprints within a Hamming radius of (1 - threshold) * 64, found through
+    exact matches on one of (radius + 1) bit blocks (pigeonhole: no pair within the radius is
+    missed). Random fingerprints also fall inside a loose radius now and then, so each
+    candidate is confirmed on the real Jaccard of the shingle sets before a document is dropped.
+    """
+
+    def __init__(self, threshold: float = 0.9, shingle: int = 3):
+        self.shingle = shingle
+        self.radius = int((1.0 - threshold) * 64)
+        n_blocks = self.radius + 1
+        edges = np.linspace(0, 64, n_blocks + 1).astype(int)
+        self.blocks = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        self.buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self.hashes: list[int] = []
+        self.ids: list[str] = []
+        self.shingles: list[np.ndarray] = []
+        self.threshold = threshold
+
+    def fingerprint(self, text: str) -> int:
+        return self._fingerprint(shingle_hashes(text, self.shingle))
+
+    def _fingerprint(self, x: np.ndarray) -> int:
+        if x.size == 0:
+            return 0
+        bits = np.unpackbits(_mix64(x).view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
+        votes = bits.sum(axis=0, dtype=np.int64) * 2 - x.size
+        packed = np.packbits(votes > 0, bitorder="little")
+        return int.from_bytes(packed.tobytes(), "little")
+
+    def _block_keys(self, h: int) -> list[tuple[int, int]]:
+        return [(i, (h >> a) & ((1 << (b - a)) - 1)) for i, (a, b) in enumerate(self.blocks)]
+
+    def check_add(self, doc_id: str, text: str) -> str | None:
+        x = shingle_hashes(text, self.shingle)
+        h = self._fingerprint(x)
+        keys = self._block_keys(h)
+        seen: set[int] = set()
+        for key in keys:
+            for j in self.buckets.get(key, ()):
+                if j not in seen:
+                    seen.add(j)
+                    if (self.hashes[j] ^ h).bit_count() <= self.radius and jaccard(x, self.shingles[j]) >= self.threshold:
+                        return self.ids[j]
+        idx = len(self.hashes)
+        self.hashes.append(h)
+        self.shingles.append(x.astype(np.uint32))
+        self.ids.append(doc_id)
+        for key in keys:
+            self.buckets[key].append(idx)
+        return None

@@ -1,0 +1,114 @@
+"""Ingest: load -> clean -> (skip if unchanged) -> chunk -> store, one transaction per document.
+
+The unchanged check runs before chunking, so re-ingesting a corpus costs only loading and
+hashing. Documents are chunked in batches (one tokenizer call per batch) but each is committed
+alone, so a process killed at any moment loses at most the documents not yet committed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .chunking import build_chunkers, chunk_documents, token_counter
+from .cleaning import Cleaner
+from .config import IndexingConfig
+from .loaders import LoaderError, iter_documents
+from .report import Failure, IngestReport
+from .store import DocumentStore
+from .types import Chunk, Document
+
+
+class Ingestor:
+    """Turns paths into stored chunks according to an IndexingConfig."""
+
+    def __init__(self, store: DocumentStore, cfg: IndexingConfig | None = None):
+        self.store = store
+        self.cfg = cfg or IndexingConfig()
+        self.fingerprint = self.cfg.chunking.fingerprint()
+        self.counter = token_counter(self.cfg.chunking)
+        self.chunkers = build_chunkers(self.cfg.chunking, self.counter)
+
+    def chunk(self, docs: list[Document]) -> list[list[Chunk]]:
+        """Chunks of already cleaned documents (what `rag chunk` prints)."""
+        return chunk_documents(docs, self.chunkers)
+
+    def preview(self, path: str | Path) -> tuple[list[Document], list[list[Chunk]], list[LoaderError]]:
+        """Load, clean and chunk one file without touching the store (for `rag chunk FILE`)."""
+        cleaner = Cleaner(self.cfg.cleaning.model_copy(update={"exact_dedup": False, "near_dedup": "off"}))
+        docs, errors = [], []
+        for item in iter_documents([path], self.cfg.loader):
+            if isinstance(item, LoaderError):
+                errors.append(item)
+            elif (doc := cleaner(item)) is not None:
+                docs.append(doc)
+        return docs, self.chunk(docs), errors
+
+    def ingest(self, paths: Iterable[str | Path], collection: str = "default", progress: bool = True
+               ) -> IngestReport:
+        report = IngestReport(collection=collection)
+        cleaner = Cleaner(self.cfg.cleaning)
+        t0 = time.perf_counter()
+        pending: list[Document] = []
+        bar = tqdm(desc=f"indexing {collection}", unit="doc", disable=not progress, file=sys.stderr,
+                   mininterval=0.5, dynamic_ncols=True)
+        items = iter(iter_documents(paths, self.cfg.loader))
+        with bar:
+            while True:
+                t = time.perf_counter()
+                item = next(items, None)
+                report.timings["load"] += time.perf_counter() - t
+                if item is None:
+                    break
+                bar.update(1)
+                if isinstance(item, LoaderError):
+                    report.failed.append(Failure(item.path, item.reason))
+                    continue
+                t = time.perf_counter()
+                doc = cleaner(item)
+                report.timings["clean"] += time.perf_counter() - t
+                if doc is None:
+                    continue
+                if self.store.is_current(doc, collection, self.fingerprint):
+                    report.unchanged += 1
+                    continue
+                pending.append(doc)
+                if len(pending) >= self.cfg.batch_size:
+                    self._flush(pending, collection, report)
+                    pending = []
+            self._flush(pending, collection, report)
+        report.dropped.update(cleaner.dropped)
+        report.edits.update(cleaner.edits)
+        report.duplicate_of.update(cleaner.duplicate_of)
+        report.timings["total"] = time.perf_counter() - t0
+        return report
+
+    def _flush(self, docs: list[Document], collection: str, report: IngestReport) -> None:
+        if not docs:
+            return
+        t = time.perf_counter()
+        all_chunks = self.chunk(docs)
+        report.timings["chunk"] += time.perf_counter() - t
+        t = time.perf_counter()
+        for doc, chunks in zip(docs, all_chunks, strict=True):
+            outcome = self.store.upsert(doc, chunks, collection, self.fingerprint)
+            if outcome == "new":
+                report.new += 1
+            elif outcome == "changed":
+                report.changed += 1
+            else:
+                report.unchanged += 1
+            report.chunks.update(c.granularity for c in chunks)
+            report.bytes_chunked += len(doc.text.encode("utf-8"))
+        report.timings["store"] += time.perf_counter() - t
+
+
+def ingest(paths: Iterable[str | Path], store_path: str | Path, cfg: IndexingConfig | None = None,
+           collection: str = "default", progress: bool = True) -> IngestReport:
+    """One-call ingest into the store file at `store_path`."""
+    with DocumentStore(store_path) as store:
+        return Ingestor(store, cfg).ingest(paths, collection, progress)

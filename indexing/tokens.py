@@ -1,0 +1,77 @@
+"""Token counting with the embedder's own tokenizer.
+
+Chunk limits are enforced in exactly the units the embedder truncates in, special tokens
+included, so no chunk is silently cut at embedding time.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
+
+from .models import load_tokenizer
+
+
+class DocTokens:
+    """Token spans of one text: counts any character span by bisection, without re-tokenising.
+
+    Exact when the span's ends fall between tokens of the whole-text tokenisation (always the
+    case at whitespace, punctuation and CJK boundaries for WordPiece); chunks close to the limit
+    are re-counted for real anyway.
+    """
+
+    def __init__(self, offsets: list[tuple[int, int]]):
+        offs = [o for o in offsets if o[1] > o[0]]
+        self.offsets = offs
+        self.starts = [o[0] for o in offs]
+        self.ends = [o[1] for o in offs]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def count_span(self, a: int, b: int) -> int:
+        return max(0, bisect_right(self.ends, b) - bisect_left(self.starts, a))
+
+
+class TokenCounter:
+    """Counts and locates tokens; `budget` is what a chunk may hold once [CLS]/[SEP] are added."""
+
+    def __init__(self, tokenizer: str = "minilm", max_tokens: int = 256, cache_size: int = 200_000):
+        self.name = tokenizer
+        self.tok = load_tokenizer(tokenizer)
+        self.max_tokens = max_tokens
+        self.n_special = self.tok.num_special_tokens_to_add(False)
+        self.budget = max_tokens - self.n_special
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+
+    def count(self, text: str) -> int:
+        """Tokens of `text` without special tokens (memoised: splitters ask about the same pieces often)."""
+        n = self._cache.get(text)
+        if n is None:
+            n = len(self.tok.encode(text, add_special_tokens=False).ids)
+            self._cache[text] = n
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return n
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            for t, enc in zip(missing, self.tok.encode_batch(missing, add_special_tokens=False), strict=True):
+                self._cache[t] = len(enc.ids)
+        return [self._cache[t] if t in self._cache else self.count(t) for t in texts]
+
+    def offsets_many(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Character span of every token, one list per text (one batched tokenizer call)."""
+        return [enc.offsets for enc in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def doc_tokens_many(self, texts: list[str]) -> list[DocTokens]:
+        return [DocTokens(o) for o in self.offsets_many(texts)]
+
+    def fits(self, text: str) -> bool:
+        return self.count(text) <= self.budget
+
+    def full_length(self, text: str) -> int:
+        """Length the embedder sees, special tokens included."""
+        return self.count(text) + self.n_special
