@@ -13,9 +13,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexing.config import IndexingConfig
+from rerank.config import CompressorConfig, RerankerConfig
 from retrieval.config import RetrievalConfig
 
 from .config_loader import apply_overrides, deep_merge, read_yaml, validate
+from .generator import GeneratorConfig
+from .prompt import PromptConfig
+from .query.config import QueryConfig
 
 
 class StorageConfig(BaseModel):
@@ -23,11 +27,29 @@ class StorageConfig(BaseModel):
     path: str = Field(".rag", description="directory for the SQLite store, indexes and caches")
 
 
+class AnswerConfig(BaseModel):
+    """How the answer step uses passages and checks its own output."""
+
+    model_config = ConfigDict(extra="forbid")
+    context_k: int = Field(5, ge=1, le=50, description="passages given to the model")
+    attribute: bool = Field(True, description="add inferred citations when the model writes none")
+    attribution_overlap: float = Field(0.3, ge=0.0, le=1.0)
+    refuse_below: float | None = Field(None, description="refuse without generating if the best score is lower")
+    refusal_score: str = Field("dense", description="which score refuse_below reads: dense, bm25, rerank or score")
+    max_question_chars: int = Field(2000, ge=1)
+
+
 class RagConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     storage: StorageConfig = Field(default_factory=StorageConfig)
     indexing: IndexingConfig = Field(default_factory=IndexingConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    query: QueryConfig = Field(default_factory=QueryConfig)
+    rerank: RerankerConfig = Field(default_factory=RerankerConfig)
+    compress: CompressorConfig = Field(default_factory=CompressorConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    answer: AnswerConfig = Field(default_factory=AnswerConfig)
 
     @property
     def storage_path(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..app import indexing_config
 from ._common import command, config_from, print_json
@@ -16,9 +17,12 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from indexing.pipeline import preview_chunks
+    from indexing.pipeline import Ingestor
 
-    chunks = preview_chunks(args.file, indexing_config(config_from(args)))
+    _, per_doc, errors = Ingestor(None, indexing_config(config_from(args))).preview(args.file)
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    chunks = [c for doc_chunks in per_doc for c in doc_chunks]
     if args.json:
         print_json([c.to_dict() for c in chunks])
         return 0
@@ -28,4 +32,4 @@ def run(args: argparse.Namespace) -> int:
               f"parent={c.parent_id} lang={c.language}")
         print(f"    {text[: args.width]}{'…' if len(text) > args.width else ''}")
     print(f"{len(chunks)} chunk(s)")
-    return 0
+    return 1 if errors else 0

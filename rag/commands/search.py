@@ -21,10 +21,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.filters import parse_filters
-
     cfg = config_from(args)
-    filters = parse_filters(args.filters) if args.filters else None
+    filters = args.filters or None
     with open_store(cfg) as store:
         retriever = build_retriever(cfg, store)
         result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,

@@ -1,0 +1,72 @@
+"""Glue between the evaluation runners and the RAG pipeline (eval drives rag, never the reverse).
+
+A dataset's corpus is indexed into a throwaway store under `<storage>/eval/`, keyed by the
+dataset content and the indexing config, so repeated runs reuse it; the derived indexes are
+keyed by the retrieval settings that shape them, so variants never clash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eval.datasets import config_hash, dataset_fingerprint
+from indexing.store import DocumentStore
+from rag.config import RagConfig
+from rag.pipeline import Pipeline
+
+# Retrieval settings that only change how a query is run, not what the indexes hold.
+_QUERY_TIME = {"mode", "k", "fusion", "router", "granularity", "small_to_big", "collections", "default_collection"}
+
+
+def eval_dir(dataset: str | Path, cfg: RagConfig) -> Path:
+    ds = Path(dataset)
+    corpus = ds / "corpus.jsonl"
+    key = config_hash({"corpus": dataset_fingerprint(corpus if corpus.exists() else ds),
+                       "indexing": cfg.indexing.model_dump(mode="json")})
+    return cfg.storage_path / "eval" / f"{ds.name}-{key}"
+
+
+def index_key(cfg: RagConfig) -> str:
+    r = cfg.retrieval.model_dump(mode="json")
+    return config_hash({k: v for k, v in r.items() if k not in _QUERY_TIME})
+
+
+def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = True) -> Pipeline:
+    """A pipeline over the dataset's corpus, ingesting it first unless a finished store exists."""
+    base = eval_dir(dataset, cfg)
+    base.mkdir(parents=True, exist_ok=True)
+    store = DocumentStore(base / "store.sqlite")
+    done = base / "ingested.ok"
+    if not done.exists():
+        from indexing.pipeline import Ingestor
+        from rag.app import indexing_config
+
+        corpus = Path(dataset) / "corpus.jsonl"
+        if not corpus.exists():
+            raise FileNotFoundError(f"{corpus} not found: a dataset needs a BEIR corpus.jsonl")
+        report = Ingestor(store, indexing_config(cfg)).ingest([corpus], progress=progress)
+        if report.failed:
+            raise RuntimeError(f"ingesting {corpus} failed: {report.summary()}")
+        done.write_text(report.summary())
+    from retrieval.retriever import Retriever
+
+    retriever = Retriever.from_config(cfg.retrieval, store, base / f"indexes-{index_key(cfg)}")
+    retriever.sync(cfg.retrieval.default_collection)
+    return Pipeline(cfg, store=store, retriever=retriever)
+
+
+def search_fn(pipe: Pipeline, depth: int) -> Any:
+    def run(query: str):
+        return pipe.search(query, k=depth)
+
+    run.close = pipe.close  # type: ignore[attr-defined]
+    return run
+
+
+def answer_fn(pipe: Pipeline) -> Any:
+    def run(question: str):
+        return pipe.ask(question)
+
+    run.close = pipe.close  # type: ignore[attr-defined]
+    return run

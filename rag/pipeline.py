@@ -1,0 +1,247 @@
+"""`Pipeline`: question -> query plan -> hybrid search -> rerank -> compress -> cited answer.
+
+Stages are built lazily from the config, so `search` never loads the language model and a
+retrieval-only config never needs one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from indexing.store import DocumentStore
+from retrieval.fusion import rrf
+from retrieval.types import Candidate, SearchResult
+
+from . import prompt as prompt_mod
+from .answer import Answer, Passage
+from .app import build_retriever, open_store
+from .citations import attribute, resolve_markers
+from .config import RagConfig, load_config
+from .query.planner import QueryPlan, QueryPlanner
+
+
+class Pipeline:
+    def __init__(self, cfg: RagConfig, store: DocumentStore | None = None, generator: Any | None = None,
+                 retriever: Any | None = None):
+        self.cfg = cfg
+        self.store = store or open_store(cfg)
+        self.retriever = retriever or build_retriever(cfg, self.store)
+        self._generator = generator
+        self._planner: QueryPlanner | None = None
+        self._reranker: Any = None
+        self._compressor: Any = None
+
+    @classmethod
+    def from_config(cls, path: str | Path | RagConfig | None = None, overrides: list[str] | None = None,
+                    **kwargs: Any) -> Pipeline:
+        cfg = path if isinstance(path, RagConfig) else load_config(path, overrides)
+        return cls(cfg, **kwargs)
+
+    def to_config(self) -> dict[str, Any]:
+        return self.cfg.to_dict()
+
+    # ---- lazily built stages ------------------------------------------------------------
+    @property
+    def generator(self):
+        if self._generator is None:
+            from .generator import Generator
+
+            self._generator = Generator(self.cfg.generator)
+        return self._generator
+
+    @property
+    def planner(self) -> QueryPlanner:
+        if self._planner is None:
+            colls = {c.name: c.description for c in self.cfg.retrieval.collections}
+            planner = QueryPlanner(self.cfg.query, None, colls)
+            if planner.needs_llm:
+                planner.llm = self.generator
+            self._planner = planner
+        return self._planner
+
+    @property
+    def reranker(self):
+        if self._reranker is None and self.cfg.rerank.type != "none":
+            from rerank import build_reranker
+
+            engine = self.generator if self.cfg.rerank.type == "llm" else None
+            self._reranker = build_reranker(self.cfg.rerank, embedder=self.retriever.embedder(), engine=engine)
+        return self._reranker
+
+    @property
+    def compressor(self):
+        if self._compressor is None and self.cfg.compress.type != "off":
+            from rerank import build_compressor
+
+            self._compressor = build_compressor(self.cfg.compress, engine=self.generator)
+        return self._compressor
+
+    # ---- retrieval ----------------------------------------------------------------------
+    def search(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+               plan: QueryPlan | None = None) -> SearchResult:
+        """Planned, fused and reranked candidates (no generation of the answer)."""
+        k = k or self.cfg.retrieval.k
+        timings: dict[str, float] = {}
+        plan = plan or self.planner.plan(question)
+        timings.update(plan.timings_ms)
+        flt = _merge_filters(filters, plan.filters)
+        coll = collection if collection is not None else plan.collections
+        depth = max(k, self.cfg.rerank.depth) if self.cfg.rerank.type != "none" else k
+        t0 = time.perf_counter()
+        results = [self.retriever.search(q.text, k=depth, mode=q.mode, filters=flt, collection=coll,
+                                         must_terms=plan.must_terms or None) for q in plan.searches]
+        timings["retrieve"] = _ms(t0)
+        for r in results:
+            for key in ("embed", "bm25", "dense"):
+                if key in r.timings_ms:
+                    timings[key] = timings.get(key, 0.0) + r.timings_ms[key]
+        t1 = time.perf_counter()
+        cands = _fuse(results, [q.weight for q in plan.searches], self.cfg.retrieval.fusion.k)
+        timings["fuse"] = _ms(t1)
+        if self.reranker is not None and cands:
+            # Only the top `rerank.depth` are rescored; the rest keep their order behind them.
+            t2 = time.perf_counter()
+            n = self.cfg.rerank.depth
+            cands = self.reranker.rank(question, cands[:n]) + cands[n:]
+            timings["rerank"] = _ms(t2)
+        res = SearchResult(cands[:k], timings, results[0].collections if results else [])
+        res.queries = [q.text for q in plan.searches]  # type: ignore[attr-defined]
+        return res
+
+    # ---- answering ----------------------------------------------------------------------
+    def ask(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+            **sampling: Any) -> Answer:
+        answer = None
+        for item in self.stream(question, filters=filters, collection=collection, k=k, **sampling):
+            if isinstance(item, Answer):
+                answer = item
+        assert answer is not None
+        return answer
+
+    def prepare(self, question: str, filters: Any = None, collection: str | None = None,
+                k: int | None = None, **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, Any]:
+        """Everything up to generation: the partial Answer, the built prompt and sampling params."""
+        self._check_question(question)
+        t0 = time.perf_counter()
+        ac = self.cfg.answer
+        res = self.search(question, filters=filters, collection=collection, k=k or ac.context_k)
+        answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
+                        queries=getattr(res, "queries", [question]))
+        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
+        if self.compressor is not None and passages:
+            t1 = time.perf_counter()
+            passages = self.compressor.compress_passages(question, passages)
+            answer.timings_ms["compress"] = _ms(t1)
+        if not passages or _below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+            answer.text, answer.refused = self.cfg.prompt.refusal, True
+            answer.passages = passages
+            answer.timings_ms["total"] = _ms(t0)
+            return answer, None, None
+        gen = self.generator
+        params = self.cfg.generator.sampling.params(**sampling)
+        budget = gen.max_model_len - params.max_tokens
+        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget)
+        answer.passages = built.passages
+        answer.dropped_passages = [p.chunk_id for p in built.dropped]
+        answer.timings_ms["prepare"] = _ms(t0)
+        return answer, built, params
+
+    def stream(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+               **sampling: Any) -> Iterator[str | Answer]:
+        """Text deltas as they are generated, then the final `Answer`."""
+        t0 = time.perf_counter()
+        answer, built, params = self.prepare(question, filters, collection, k, **sampling)
+        if built is None:
+            yield answer.text
+            yield answer
+            return
+        last = None
+        for out in self.generator.stream(built.token_ids, params):
+            last = out
+            delta = out.outputs[0].delta_text
+            if delta:
+                yield delta
+        yield self.finish(answer, last, t0)
+
+    def finish(self, answer: Answer, out: Any, t0: float) -> Answer:
+        """Turn the final engine output into the answer: citations, refusal, costs."""
+        text = out.outputs[0].text if out is not None else ""
+        text, cites, removed = resolve_markers(text, answer.passages)
+        if not cites and self.cfg.answer.attribute:
+            text, cites = attribute(text, answer.passages, self.cfg.answer.attribution_overlap)
+        answer.text, answer.citations, answer.removed_markers = text, cites, removed
+        answer.refused = self.cfg.prompt.refusal.lower().rstrip(".") in text.lower()
+        if out is not None:
+            m = out.metrics
+            answer.finish_reason = out.outputs[0].finish_reason
+            answer.tokens = {"prompt": m.prompt_tokens, "completion": m.generated_tokens,
+                             "cached": m.cached_prompt_tokens}
+            if m.ttft is not None:
+                answer.timings_ms["prefill"] = m.ttft * 1000
+                if m.e2e_latency is not None:
+                    answer.timings_ms["decode"] = (m.e2e_latency - m.ttft) * 1000
+        answer.timings_ms["total"] = _ms(t0)
+        return answer
+
+    def _check_question(self, question: str) -> None:
+        if not question or not question.strip():
+            raise ValueError("question is empty")
+        limit = self.cfg.answer.max_question_chars
+        if len(question) > limit:
+            raise ValueError(f"question has {len(question)} characters; the limit is {limit} "
+                             "(answer.max_question_chars)")
+
+    def close(self) -> None:
+        if self._generator is not None:
+            self._generator.close()
+        self.store.close()
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+def _passage(marker: int, c: Candidate) -> Passage:
+    ch = c.chunk
+    return Passage(marker=marker, chunk_id=ch.chunk_id, doc_id=ch.doc_id, text=ch.text, score=float(c.score),
+                   source=ch.source, title=ch.title, section=ch.section, page=ch.page,
+                   metadata=dict(ch.metadata))
+
+
+def _fuse(results: list[SearchResult], weights: list[float], k: int) -> list[Candidate]:
+    """One search keeps its own ranking; several (multi-query, HyDE, ...) are fused by weighted RRF."""
+    if len(results) == 1:
+        return list(results[0].candidates)
+    by_id: dict[int, Candidate] = {}
+    rankings = {}
+    for i, r in enumerate(results):
+        rankings[str(i)] = [(c.chunk.int_id, c.score) for c in r.candidates]
+        for c in r.candidates:
+            by_id.setdefault(c.chunk.int_id, c)
+    fused = rrf(rankings, k=k, weights={str(i): w for i, w in enumerate(weights)})
+    out = []
+    for cid, score in fused:
+        c = by_id[cid]
+        out.append(Candidate(chunk=c.chunk, score=score, scores=dict(c.scores), ranks=dict(c.ranks)))
+    return out
+
+
+def _merge_filters(user: Any, planned: dict) -> Any:
+    if not planned:
+        return user
+    if not user:
+        return planned
+    from retrieval.filters import Filters
+
+    a, b = Filters.parse(user), Filters.parse(planned)
+    return Filters(conditions=a.conditions + b.conditions)
+
+
+def _below_threshold(cands: list[Candidate], threshold: float | None, key: str) -> bool:
+    if threshold is None or not cands:
+        return False
+    best = max((c.scores.get(key, c.score) if key != "score" else c.score) for c in cands)
+    return best < threshold
