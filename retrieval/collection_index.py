@@ -1,0 +1,211 @@
+"""Per-collection indexes on disk, kept in line with the SQLite store.
+
+Layout: `<index_root>/<collection>/manifest.json` plus one generation directory `gen-N/` holding
+`bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy` and `hashes.npy`. A save writes
+a complete new generation, then atomically replaces the manifest (temp file + rename) to point at
+it, then deletes older generations: a crash at any point leaves the previous consistent index.
+
+`sync(store)` diffs (int id, hash of indexed text) pairs between the store and the index, so
+updated chunks that keep their id are re-indexed too, and deleted ones disappear from both
+retrievers. Unchanged chunks are not re-embedded (and new ones hit the embedding cache when they
+were embedded before).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexing.store import DocumentStore
+from indexing.types import Chunk, content_hash
+
+from .analyzer import Analyzer
+from .bm25 import BM25Index
+from .config import RetrievalConfig
+from .dense import DenseIndex
+from .embeddings.base import Embedder
+from .filters import Filters, allowed_ids
+from .text import indexed_text
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+
+
+class IndexMismatchError(RuntimeError):
+    """The index on disk does not match the configuration (or is incomplete)."""
+
+
+def retrievers_for(mode: str) -> list[str]:
+    return {"bm25": ["bm25"], "dense": ["dense"], "hybrid": ["bm25", "dense"]}[mode]
+
+
+class CollectionIndex:
+    def __init__(self, root: Path, collection: str, cfg: RetrievalConfig,
+                 embedder: Callable[[], Embedder], analyzer: Analyzer):
+        self.dir = Path(root) / collection
+        self.collection, self.cfg = collection, cfg
+        self._embedder, self.analyzer = embedder, analyzer
+        self.retrievers = retrievers_for(cfg.mode)
+        self.bm25: BM25Index | None = None
+        self.dense: DenseIndex | None = None
+        self.hashes: dict[int, str] = {}
+        self.manifest: dict[str, Any] = {}
+        self._fields: tuple[int, list[Chunk]] | None = None
+        self._allowed_cache: dict[tuple[int, str], np.ndarray] = {}
+
+    # ---- manifest ---------------------------------------------------------------------
+    def expected(self) -> dict[str, Any]:
+        """What the config implies; any difference with the manifest means the index is stale."""
+        exp: dict[str, Any] = {"format": FORMAT, "collection": self.collection, "granularity":
+                               self.cfg.index_granularity(), "include_title": self.cfg.include_title}
+        if "bm25" in self.retrievers:
+            exp["bm25"] = json.loads(self.cfg.bm25.model_dump_json())
+        if "dense" in self.retrievers:
+            emb = self._embedder()
+            exp["embedding_model"], exp["dim"] = emb.name, emb.dim
+            exp["dense_index"] = self.cfg.dense.index
+        return exp
+
+    def _check(self, manifest: dict[str, Any]) -> None:
+        hint = f"run `rag reindex --collection {self.collection}` to rebuild it"
+        for key, want in self.expected().items():
+            have = manifest.get(key)
+            if have != want:
+                raise IndexMismatchError(
+                    f"index of collection {self.collection!r} at {self.dir} was built with {key}={have!r} "
+                    f"but the configuration asks for {want!r}; {hint}")
+        gen = self.dir / manifest["generation_dir"]
+        needed = ["ids.npy", "hashes.npy"] + (["bm25/bm25.json"] if "bm25" in self.retrievers else []) + (
+            ["dense.faiss"] if "dense" in self.retrievers else [])
+        missing = [n for n in needed if not (gen / n).exists()]
+        if missing:
+            raise IndexMismatchError(f"index of collection {self.collection!r} is missing {missing} in {gen}; {hint}")
+
+    def exists(self) -> bool:
+        return (self.dir / "manifest.json").exists()
+
+    def load(self) -> None:
+        """Load from disk; raises IndexMismatchError when the files don't fit the configuration."""
+        manifest = json.loads((self.dir / "manifest.json").read_text())
+        self._check(manifest)
+        gen = self.dir / manifest["generation_dir"]
+        ids = np.load(gen / "ids.npy")
+        hashes = np.load(gen / "hashes.npy")
+        self.hashes = {int(i): h.decode() for i, h in zip(ids, hashes, strict=False)}
+        self.bm25 = BM25Index.load(gen / "bm25") if "bm25" in self.retrievers else None
+        if "dense" in self.retrievers:
+            self.dense = DenseIndex.load(gen / "dense.faiss", manifest["dim"], self.cfg.dense,
+                                         self.cfg.embedder.fp16_storage)
+            if self.dense.ntotal != len(self.hashes):
+                raise IndexMismatchError(
+                    f"dense index of {self.collection!r} holds {self.dense.ntotal} vectors but the manifest lists "
+                    f"{len(self.hashes)} chunks; run `rag reindex --collection {self.collection}`")
+        self.manifest = manifest
+
+    def save(self, store_version: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        gen_no = int(self.manifest.get("generation", 0)) + 1
+        final = self.dir / f"gen-{gen_no}"
+        tmp = self.dir / f".gen-{gen_no}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        ids = np.fromiter(self.hashes.keys(), dtype=np.int64, count=len(self.hashes))
+        np.save(tmp / "ids.npy", ids)
+        np.save(tmp / "hashes.npy", np.array([self.hashes[int(i)] for i in ids], dtype="S32"))
+        if self.bm25 is not None:
+            self.bm25.save(tmp / "bm25")
+        if self.dense is not None:
+            self.dense.save(tmp / "dense.faiss")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        manifest = {**self.expected(), "generation": gen_no, "generation_dir": final.name,
+                    "store_version": store_version, "n_chunks": len(self.hashes), "saved_at": time.time(),
+                    "dense_kind": self.dense.kind if self.dense else None, "retrievers": self.retrievers}
+        mtmp = self.dir / f"manifest.json.tmp-{os.getpid()}"
+        mtmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(mtmp, self.dir / "manifest.json")
+        self.manifest = manifest
+        for old in self.dir.glob("gen-*"):
+            if old.name != final.name:
+                shutil.rmtree(old, ignore_errors=True)
+
+    # ---- sync ---------------------------------------------------------------------------
+    def _empty(self) -> None:
+        self.bm25 = BM25Index(self.cfg.bm25) if "bm25" in self.retrievers else None
+        if "dense" in self.retrievers:
+            emb = self._embedder()
+            self.dense = DenseIndex(emb.dim, self.cfg.dense, self.cfg.embedder.fp16_storage)
+        self.hashes, self.manifest = {}, {}
+
+    def sync(self, store: DocumentStore, rebuild: bool = False, batch: int = 2048) -> dict[str, int]:
+        """Bring the index in line with the store; returns counts of added/removed/kept chunks."""
+        version = store.version(self.collection)
+        if rebuild:
+            self._empty()
+        elif not self.manifest:
+            if self.exists():
+                self.load()
+            else:
+                self._empty()
+        if not rebuild and self.manifest.get("store_version") == version:
+            return {"added": 0, "removed": 0, "kept": len(self.hashes), "store_version": version}
+        current: dict[int, str] = {}
+        todo: list[tuple[int, str]] = []
+        for ch in store.iter_chunks(self.collection, self.cfg.index_granularity()):
+            text = indexed_text(ch, self.cfg.include_title)
+            h = content_hash(text)
+            current[ch.int_id] = h
+            if self.hashes.get(ch.int_id) != h:
+                todo.append((ch.int_id, text))
+        stale = [i for i, h in self.hashes.items() if current.get(i) != h]
+        if stale:
+            arr = np.asarray(stale, dtype=np.int64)
+            if self.bm25 is not None:
+                self.bm25.delete(stale)
+            if self.dense is not None:
+                self.dense.remove(arr)
+            for i in stale:
+                del self.hashes[i]
+        for s in range(0, len(todo), batch):
+            part = todo[s : s + batch]
+            ids = np.array([i for i, _ in part], dtype=np.int64)
+            texts = [t for _, t in part]
+            if self.bm25 is not None:
+                self.bm25.add(ids.tolist(), [self.analyzer(t) for t in texts])
+            if self.dense is not None:
+                self.dense.add(ids, self._embedder().encode_documents(texts))
+            for i, _ in part:
+                self.hashes[i] = current[i]
+        self.save(version)
+        self._fields, self._allowed_cache = None, {}
+        log.info("synced %s: +%d -%d (%d chunks)", self.collection, len(todo), len(stale), len(self.hashes))
+        return {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
+                "store_version": version}
+
+    def is_current(self, store: DocumentStore) -> bool:
+        return bool(self.manifest) and self.manifest.get("store_version") == store.version(self.collection)
+
+    # ---- filters -------------------------------------------------------------------------
+    def allowed(self, store: DocumentStore, filters: Filters) -> np.ndarray:
+        """Int ids passing the filters, cached per (store version, filter)."""
+        version = store.version(self.collection)
+        key = (version, filters.key())
+        if key not in self._allowed_cache:
+            if self._fields is None or self._fields[0] != version:
+                light = []
+                for c in store.iter_chunks(self.collection, self.cfg.index_granularity()):
+                    c.text = ""  # only fields are needed; keep memory flat on big collections
+                    light.append(c)
+                self._fields = (version, light)
+            if len(self._allowed_cache) > 64:
+                self._allowed_cache.clear()
+            self._allowed_cache[key] = allowed_ids(self._fields[1], filters)
+        return self._allowed_cache[key]

