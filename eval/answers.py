@@ -27,6 +27,14 @@ _ZH_TOKENS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\
 _EN_PUNCT = set(string.punctuation)
 
 
+_MARKERS = re.compile(r"\s*(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)")
+
+
+def strip_citation_markers(text: str) -> str:
+    """Remove `[1]`, `[1, 2]`, `【1】` markers: citations are scored apart, not as answer tokens."""
+    return _MARKERS.sub("", text).strip()
+
+
 def is_cjk(text: str) -> bool:
     """True when the text contains CJK characters (then character-level scoring is used)."""
     return bool(_CJK.search(text))

@@ -14,7 +14,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.answers import Cited, Mode, RefusalConfig, citation_scores, exact_match, is_refusal, token_f1
+from eval.answers import (
+    Cited,
+    Mode,
+    RefusalConfig,
+    citation_scores,
+    exact_match,
+    is_refusal,
+    strip_citation_markers,
+    token_f1,
+)
 from eval.cache import QueryCache
 from eval.cost import TOTAL, aggregate_costs
 from eval.datasets import QAItem
@@ -91,7 +100,7 @@ def normalise_answer_output(out: Any) -> QAOutput:
 def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None) -> dict[str, float]:
     # Either signal counts: the pipeline's own flag, or a refusal phrase in the text.
     refused = bool(out.refused) or is_refusal(out.text, refusal)
-    pred = "" if refused else out.text
+    pred = "" if refused else strip_citation_markers(out.text)
     gold = [] if item.is_impossible else item.answers
     s = {"em": exact_match(pred, gold, mode), "f1": token_f1(pred, gold, mode), "refused": float(refused)}
     if not item.is_impossible:

@@ -101,3 +101,12 @@ def test_cost_aggregation():
     assert c["prefix_cache_hit_rate"] == 0.5
     assert list(latency_summary([{"a": 1.0, "total": 2.0}])) == ["total", "a"]
     assert "compression_ratio" not in aggregate_costs([{"timings_ms": {"total": 1.0}}])
+
+
+def test_citation_markers_are_stripped():
+    from eval.answers import strip_citation_markers
+
+    assert strip_citation_markers("Paris [1][2].") == "Paris."
+    assert strip_citation_markers("Paris [1, 3] and Rome [2]") == "Paris and Rome"
+    assert strip_citation_markers("北京【1】") == "北京"
+    assert strip_citation_markers("in [the] 1990s") == "in [the] 1990s"

@@ -1,0 +1,116 @@
+"""QA evaluation through a real (tiny) retrieve-then-answer system, and QA-set generation."""
+
+import re
+
+import pytest
+
+from eval.answers import Cited
+from eval.cache import QueryCache
+from eval.datasets import CorpusDoc, QAItem, load_beir, load_corpus, load_qa
+from eval.qa_eval import QAOutput, evaluate_qa, normalise_answer_output, score_item
+from eval.qa_generate import QAGenConfig, build_prompt, generate_qa, parse_generation, write_qa_dataset
+from eval.retrieval_eval import evaluate_retrieval
+from rag.answer import Answer, Citation, Passage
+
+
+def make_answerer(search, min_score=3.0):
+    """Answers with the title of the best chunk's document; refuses when BM25 finds no real match."""
+
+    def answer(question: str) -> Answer:
+        top = search(question).candidates[0]
+        passage = Passage(marker=1, chunk_id=top.chunk.chunk_id, doc_id=top.chunk.doc_id, text=top.chunk.text,
+                          score=top.score)
+        n_prompt = len(question.split()) + len(top.chunk.text.split())
+        if top.score < min_score:
+            return Answer(question=question, text="I don't know.", passages=[passage], refused=True,
+                          tokens={"prompt": n_prompt, "completion": 3, "cached": 4})
+        cite = Citation(marker=1, chunk_id=top.chunk.chunk_id, doc_id=top.chunk.doc_id, source="tiny")
+        return Answer(question=question, text=f"{top.chunk.title} [1]", citations=[cite], passages=[passage],
+                      tokens={"prompt": n_prompt, "completion": 2, "cached": 4}, timings_ms={"retrieve": 1.0})
+
+    return answer
+
+
+def test_qa_eval_end_to_end_with_rag_answers(tiny_dataset, bm25_search, tmp_path):
+    items = load_qa(tiny_dataset, "dev")
+    assert [i.is_impossible for i in items] == [False, False, False, True]
+    cache = QueryCache(tmp_path / "qa.jsonl", "k")
+    res = evaluate_qa(items, make_answerer(bm25_search), progress=False, cache=cache, dataset="tiny", split="dev")
+    m = res.metrics
+    assert m["em"] == 1.0 and m["has_ans_f1"] == 1.0  # "[1]" markers are not part of the answer
+    assert m["refusal_acc"] == 1.0 and m["false_refusal"] == 0.0
+    assert m["citation_precision"] == 1.0 and m["citation_recall"] == 1.0 and m["cited_rate"] == 1.0
+    assert m["prefix_cache_hit_rate"] == pytest.approx(16 / sum(
+        len(i.question.split()) + len(c.split()) for i, c in zip(items, [
+            "The Eiffel Tower stands on the Champ de Mars in Paris",
+            "The Colosseum is an ancient amphitheatre in Rome",
+            "The pyramids of Giza are near Cairo",
+            "Vatican City is an enclave inside Rome."], strict=True)))
+    assert "retrieve" in res.latency_ms and res.n_queries == 4
+    again = evaluate_qa(items, make_answerer(bm25_search), progress=False,
+                        cache=QueryCache(tmp_path / "qa.jsonl", "k"))
+    assert again.executed == 0 and again.metrics == m
+
+
+def test_qa_scoring_rules():
+    item = QAItem(id="x", question="?", answers=["10th and 11th centuries"], gold_doc_id="d1")
+    s = score_item(item, QAOutput("in the 10th century", [Cited("d2", "nothing here")]), "auto", None)
+    assert s["em"] == 0.0 and s["f1"] == pytest.approx(2 / 7) and s["citation_precision"] == 0.0
+    # A refusal on an answerable question scores zero even when the text overlaps the answer.
+    s = score_item(item, QAOutput("I don't know about the 10th and 11th centuries"), "auto", None)
+    assert s["f1"] == 0.0 and s["refused"] == 1.0
+    zh = QAItem(id="z", question="?", answers=["歐洲"])
+    assert score_item(zh, QAOutput("歐洲的學術界"), "auto", None)["f1"] == pytest.approx(0.5)  # p=2/6, r=1
+    out = normalise_answer_output({"answer": "Paris", "citations": [{"doc_id": "d", "text": "t"}], "tokens_in": 5})
+    assert out.text == "Paris" and out.citations == [Cited("d", "t")] and out.tokens_in == 5
+
+
+def fake_llm_reply(prompt: str) -> str:
+    """A rule-based question writer standing in for the engine: reads the passage in the prompt."""
+    passage = prompt.split("Passage:\n", 1)[1].split("\n\nReply", 1)[0]
+    m = re.search(r"(\w+) is the capital of (\w+)", passage)
+    city, country = m.group(1), m.group(2)
+    if city == "Tokyo":
+        return "Sure! Here is a question about Tokyo."  # malformed
+    if city == "Cairo":
+        return "Question: What is the capital of Egypt?\nAnswer: Alexandria"  # not in the passage
+    if city == "Canberra":
+        return "Question: What is the capital of France?\nAnswer: Canberra"  # duplicate of Paris's
+    return f"Question: What is the capital of {country}?\nAnswer: {city}"
+
+
+def test_generate_qa_from_corpus_and_evaluate_it(tiny_dataset, make_bm25, tmp_path):
+    corpus = load_corpus(tiny_dataset / "corpus.jsonl")
+    calls = []
+
+    def generate(prompts):
+        calls.append(len(prompts))
+        return [fake_llm_reply(p) for p in prompts]
+
+    cfg = QAGenConfig(n_questions=50, batch_size=3, min_chars=10, seed=1)
+    res = generate_qa(corpus, generate, cfg)
+    assert res.n_prompts == 8 and calls == [3, 3, 2]
+    # Whichever of Paris / Canberra comes first keeps "capital of France"; the other is a duplicate.
+    assert res.dropped == {"unparsed": 1, "ungrounded": 1, "duplicate": 1} and len(res.items) == 5
+    kept = {i.gold_doc_id for i in res.items}
+    assert "tokyo" not in kept and "cairo" not in kept
+    assert all(i.answers[0] in corpus[i.gold_doc_id].text for i in res.items)
+    # Same seed, same set; n_questions stops early.
+    assert [i.question for i in generate_qa(corpus, generate, cfg).items] == [i.question for i in res.items]
+    assert len(generate_qa(corpus, generate, cfg.model_copy(update={"n_questions": 2})).items) == 2
+
+    out = write_qa_dataset(tmp_path / "gen", corpus, res.items)
+    ds = load_beir(out, "generated")
+    assert set(ds.queries) == {i.id for i in res.items} and len(ds.corpus) == 8
+    assert [i.to_dict() for i in load_qa(out, "generated")] == [i.to_dict() for i in res.items]
+    r = evaluate_retrieval(ds.queries, ds.qrels, make_bm25(), ks=(1,), progress=False)
+    assert r.n_queries == len(res.items) and r.metrics["recall@1"] > 0.5
+
+
+def test_prompt_language_and_parsing():
+    zh = build_prompt(CorpusDoc("d", "北京是中國的首都，也是政治中心。"), QAGenConfig())
+    assert "段落" in zh and "北京" in zh
+    assert "Passage:" in build_prompt(CorpusDoc("d", "Paris is in France."), QAGenConfig())
+    assert parse_generation("问题：中國的首都是哪裡？\n答案：北京") == ("中國的首都是哪裡？", "北京")
+    assert parse_generation("Question: Who?\nAnswer: \"Bob\"") == ("Who?", "Bob")
+    assert parse_generation("Question: Who?") is None
