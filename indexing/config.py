@@ -94,7 +94,9 @@ class RecursiveSpec(_Strict):
     type: Literal["recursive"] = "recursive"
     chunk_size: int = Field(200, ge=8)
     overlap: int = Field(30, ge=0)
+    # None: the built-in paragraph/line/sentence (CJK too)/clause/word list.
     separators: list[str] | None = None
+    separators_are_regex: bool = False
     name: str | None = None
 
     @model_validator(mode="after")

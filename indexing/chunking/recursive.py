@@ -29,6 +29,7 @@ class RecursiveChunker(Chunker):
         self.limit = max(self.limit, self.size)
         self.overlap = min(spec.overlap, self.size - 1)
         self.separators = spec.separators or RECURSIVE_SEPARATORS
+        self.regex = spec.separators_are_regex if spec.separators else True
 
     def splitter(self, length: Callable[[str], int]) -> RecursiveCharacterTextSplitter:
         return RecursiveCharacterTextSplitter(
@@ -37,7 +38,7 @@ class RecursiveChunker(Chunker):
             length_function=length,
             separators=self.separators,
             keep_separator="end",
-            is_separator_regex=False,
+            is_separator_regex=self.regex,
             strip_whitespace=True,
         )
 
@@ -81,6 +82,10 @@ class RecursiveChunker(Chunker):
                                            at, tokens, base)
             spans.append((base + at, base + at + len(part)))
             cursor = at + 1
+        tail = piece.rstrip()
+        if spans and spans[-1][1] - base < len(tail) and tail.endswith(part):
+            # Repeated text misplaced the last piece; the splitter always ends at the text's end.
+            spans[-1] = (base + len(tail) - len(part), base + len(tail))
         return spans
 
     def _locate_repeated(self, piece: str, part: str, cursor: int, prev_a: int, prev_b: int, first: int,
@@ -91,7 +96,7 @@ class RecursiveChunker(Chunker):
         if self.overlap:
             inside = [s - base for s in tokens.starts if base + prev_a <= s < base + prev_b]
             if inside:
-                min_start = inside[max(0, len(inside) - self.overlap - 1)]
+                min_start = inside[max(0, len(inside) - self.overlap)]
         at = piece.find(part, max(cursor, min_start))
         return at if at >= 0 else first
 

@@ -21,14 +21,18 @@ _SENT_END = re.compile(
 
 _ABBREV = re.compile(r"\b(?:e\.g|i\.e|et al|vs|cf|fig|figs|eq|dr|mr|mrs|ms|prof|vol|approx)\.$", re.I)
 
-# Separators for langchain's recursive splitter, coarsest first: paragraph, line, sentence
-# (CJK and full-width first, then Latin with their trailing space), clause, word, character.
+# Separators for langchain's recursive splitter (regular expressions), coarsest first:
+# paragraph, line, sentence, clause, word, character. All sentence terminators share one level
+# (CJK 。！？；and full-width ．, Latin . ! ? ; followed by a space, ASCII !?; right after CJK as
+# NFKC leaves them), so a text mixing them is cut at every sentence end, not only at the first kind.
+_CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
 RECURSIVE_SEPARATORS = [
-    "\n\n", "\n",
-    "。", "！", "？", "；", "．",
-    ". ", "! ", "? ", "!", "?",
-    "; ", ";", "，", "、", ", ",
-    " ", "",
+    r"\n\s*\n",
+    r"\n",
+    r"[。！？；．]+[”’」』）)]*|[.!?;]+[\"'”’)\]]*\s+|(?<=[" + _CJK_CHARS + r"])[!?;]+",
+    r"[，、]|,\s+|(?<=[" + _CJK_CHARS + r"]),",
+    r"\s+",
+    "",
 ]
 
 
