@@ -8,37 +8,45 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
-from .app import build_ingestor, build_retriever, open_store
+from .app import build_ingestor
+from .commands.ask import print_sources
 from .config import load_config
+from .pipeline import Pipeline
 
 CORPUS = Path(__file__).resolve().parents[1] / "docs" / "guide"
-QUESTION = "How does the engine reuse the shared system prompt across requests?"
+QUESTIONS = (
+    "How does the engine reuse the shared system prompt across requests?",
+    "Which file formats can be indexed?",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     p = argparse.ArgumentParser(prog="rag-demo")
-    p.add_argument("--question", default=QUESTION)
+    p.add_argument("--question", action="append", help="ask this instead of the built-in questions")
     p.add_argument("--storage", default=".rag/demo")
     args = p.parse_args(argv)
     cfg = load_config(None, [f"storage.path={args.storage}"])
-    with open_store(cfg) as store:
-        t0 = time.perf_counter()
-        report = build_ingestor(cfg, store).ingest([str(CORPUS)], collection="default", progress=False)
+    pipe = Pipeline.from_config(cfg)
+    try:
+        report = build_ingestor(cfg, pipe.store).ingest([str(CORPUS)], progress=False)
         print(report.summary())
-        print(f"chunks in store: {store.count_chunks('default')} "
-              f"({', '.join(store.granularities('default'))}); ingest {time.perf_counter() - t0:.1f}s")
-        retriever = build_retriever(cfg, store)
-        retriever.sync("default")
-        result = retriever.search(args.question, k=3)
-    print(f"\nQ: {args.question}")
-    for i, c in enumerate(result.candidates, 1):
-        ch = c.chunk
-        print(f"[{i}] {ch.title} § {ch.section} ({Path(ch.source).name}) score={c.score:.4f}")
-        print("    " + " ".join(ch.text.split())[:300])
+        print(f"indexes: {pipe.retriever.sync('default')}")
+        for q in args.question or QUESTIONS:
+            print(f"\nQ: {q}\nA: ", end="", flush=True)
+            answer = None
+            for item in pipe.stream(q):
+                if isinstance(item, str):
+                    print(item, end="", flush=True)
+                else:
+                    answer = item
+            print(f"\n   (final, with citations checked): {answer.text}")
+            print_sources(answer)
+    finally:
+        pipe.close()
     return 1 if report.failed else 0
 
 

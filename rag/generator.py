@@ -32,7 +32,7 @@ class SamplingConfig(BaseModel):
     stop: list[str] = Field(default_factory=list)
 
     def params(self, **overrides: Any):
-        from inference import SamplingParams
+        from inference.sampling_params import SamplingParams
 
         return SamplingParams(**{**self.model_dump(), **overrides})
 
@@ -45,7 +45,7 @@ class GeneratorConfig(BaseModel):
 
 class Generator:
     def __init__(self, cfg: GeneratorConfig):
-        from inference import AsyncEngine
+        from inference.async_engine import AsyncEngine
 
         args = cfg.engine.model_dump(exclude={"model"})
         self.engine = AsyncEngine(cfg.engine.model, **args)

@@ -98,7 +98,7 @@ class QueryPlanner:
         return calls
 
     def _run(self, question: str, calls: list[_Call]) -> dict[str, str]:
-        from inference import SamplingParams
+        from inference.sampling_params import SamplingParams
         from inference.structured import JsonSchemaLogitsProcessor
 
         tok = self.llm.tokenizer
