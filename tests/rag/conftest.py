@@ -1,0 +1,52 @@
+"""A small real corpus and one pipeline (real embedder, real engine) shared by the rag tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DOCS = {
+    "geo/zarnovia.md": "---\ntitle: Zarnovia\ndate: 2021-05-04\n---\n# Zarnovia\n\n"
+    "Zarnovia is a small island nation. The capital city of Zarnovia is Velmora. "
+    "Velmora has a population of about 80,000 people and a busy harbour.\n",
+    "geo/quintara.md": "---\ntitle: Quintara\ndate: 2019-02-11\n---\n# Quintara\n\n"
+    "Quintara is a mountain republic. The capital city of Quintara is Ostrel, "
+    "famous for its glass bridges.\n",
+    "products/xr200.md": "---\ntitle: XR-200 manual\ndate: 2022-09-01\n---\n# XR-200\n\n"
+    "The XR-200 drone has a flight time of 42 minutes and charges in 90 minutes.\n",
+    "products/xr300.md": "---\ntitle: XR-300 manual\ndate: 2023-03-15\n---\n# XR-300\n\n"
+    "The XR-300 drone has a flight time of 55 minutes and a foldable frame.\n",
+    "furniture/couch.md": "---\ntitle: Living room\ndate: 2020-01-01\n---\n# Living room\n\n"
+    "A leather couch costs between 900 and 1,400 euros in our store.\n",
+    "furniture/table.md": "---\ntitle: Dining\ndate: 2020-06-01\n---\n# Dining\n\n"
+    "Oak dining tables are sold with six chairs.\n",
+}
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    for rel, text in DOCS.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def pipeline(corpus_dir, tmp_path_factory):
+    from rag.app import build_ingestor
+    from rag.config import load_config
+    from rag.pipeline import Pipeline
+
+    storage = tmp_path_factory.mktemp("storage")
+    cfg = load_config(None, [f"storage.path={storage}", "generator.sampling.max_tokens=40",
+                             "answer.context_k=3", "generator.engine.max_model_len=1024",
+                             "generator.engine.kv_cache_memory=0.5"])
+    pipe = Pipeline.from_config(cfg)
+    report = build_ingestor(cfg, pipe.store).ingest([str(corpus_dir)], progress=False)
+    assert report.failed == [] or not report.failed
+    pipe.retriever.sync("default")
+    yield pipe
+    pipe.close()

@@ -1,0 +1,68 @@
+"""End to end through the real pipeline: retrieval, prompt layout, engine, citations."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.answer import Answer
+
+
+def test_cited_source_contains_the_answer(pipeline):
+    answer = pipeline.ask("What is the capital city of Zarnovia?")
+    assert "Velmora" in answer.text
+    assert answer.citations, answer
+    cited = {c.marker for c in answer.citations}
+    assert any("Velmora" in p.text for p in answer.passages if p.marker in cited)
+    assert all(c.source.endswith(".md") and c.title for c in answer.citations)
+    for key in ("retrieve", "fuse", "prefill", "decode", "total"):
+        assert answer.timings_ms[key] >= 0
+    assert answer.tokens["prompt"] > 0 and answer.tokens["completion"] > 0
+
+
+def test_markers_point_only_at_given_passages(pipeline):
+    answer = pipeline.ask("How long does the XR-200 drone fly?")
+    given = {p.marker for p in answer.passages}
+    import re
+
+    for m in re.findall(r"\[(\d+)\]", answer.text):
+        assert int(m) in given
+    assert {c.marker for c in answer.citations} <= given
+
+
+def test_streaming_concatenation_equals_final_text(pipeline):
+    deltas, final = [], None
+    for item in pipeline.stream("What is the capital city of Quintara?"):
+        if isinstance(item, Answer):
+            final = item
+        else:
+            deltas.append(item)
+    assert final is not None and len(deltas) > 1
+    assert "".join(deltas) == final.text
+
+
+def test_system_prompt_is_served_from_cache_after_first_request(pipeline):
+    pipeline.ask("What does a leather couch cost?")
+    second = pipeline.ask("What is sold with oak dining tables?")
+    from rag import prompt as prompt_mod
+
+    sys_tokens = len(pipeline.generator.tokenizer.encode(
+        prompt_mod.system_prefix(pipeline.cfg.prompt, pipeline.generator.tokenizer), add_special_tokens=False))
+    block = pipeline.cfg.generator.engine.block_size
+    assert second.tokens["cached"] >= (sys_tokens // block) * block > 0
+    stats = pipeline.generator.stats()
+    assert stats["prefix_cache_hit_rate"] > 0
+
+
+def test_filters_restrict_sources(pipeline, corpus_dir):
+    res = pipeline.search("capital city", filters=[f"source^={corpus_dir / 'products'}"], k=5)
+    assert res.candidates
+    assert all("/products/" in c.chunk.source for c in res.candidates)
+    answer = pipeline.ask("What is the flight time?", filters=["title=XR-300 manual"])
+    assert {p.title for p in answer.passages} == {"XR-300 manual"}
+
+
+def test_question_limits(pipeline):
+    with pytest.raises(ValueError, match="empty"):
+        pipeline.ask("   ")
+    with pytest.raises(ValueError, match="max_question_chars"):
+        pipeline.ask("why " * 1000)
