@@ -52,13 +52,27 @@ def normalize(text: str, cfg: CleaningConfig) -> str:
     return text
 
 
-def rewrite_segments(doc: Document, fn: Callable[[str, int], str], bounds: set[int]) -> Document:
+def _join_ws(prev: str, seg: str) -> str:
+    """Trim the start of `seg` so whitespace runs across a segment boundary collapse too."""
+    if seg.startswith("\n"):
+        have = len(prev) - len(prev.rstrip("\n")) if prev else 2
+        lead = len(seg) - len(seg.lstrip("\n"))
+        return seg[lead - min(lead, max(0, 2 - have)) :]
+    if seg.startswith(" ") and (not prev or prev[-1] in " \n"):
+        return seg.lstrip(" ")
+    return seg
+
+
+def rewrite_segments(doc: Document, fn: Callable[[str, int], str], bounds: set[int],
+                     collapse: bool = False) -> Document:
     """Apply `fn` to each segment between boundaries and remap sections/pages onto the result."""
     cuts = sorted({0, len(doc.text), *(b for b in bounds if 0 <= b <= len(doc.text))})
     out, new_at = [], {0: 0}
     pos = 0
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
         seg = fn(doc.text[a:b], i)
+        if collapse and i:
+            seg = _join_ws(out[-1] if out[-1] else "".join(out), seg)
         out.append(seg)
         pos += len(seg)
         new_at[b] = pos
@@ -127,7 +141,8 @@ class Cleaner:
         if self.cfg.strip_headers_footers:
             doc, n = strip_headers_footers(doc, self.cfg.header_footer_min_share)
             self.edits["header_footer_lines"] += n
-        return rewrite_segments(doc, lambda s, _i: normalize(s, self.cfg), _span_bounds(doc))
+        return rewrite_segments(doc, lambda s, _i: normalize(s, self.cfg), _span_bounds(doc),
+                                collapse=self.cfg.whitespace)
 
     def __call__(self, doc: Document) -> Document | None:
         """The cleaned document, or None when it is dropped (the reason is counted)."""

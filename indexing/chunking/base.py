@@ -49,6 +49,9 @@ def make_chunks(
         meta = dict(doc.metadata)
         if extra:
             meta.update(extra)
+        page = doc.page_at(a)
+        if page is not None and (last := doc.page_at(b - 1)) != page:
+            meta["page_end"] = last  # the chunk runs over a page break; `page` is where it starts
         out.append(Chunk(
             chunk_id=chunk_id(doc.doc_id, granularity, len(out)),
             doc_id=doc.doc_id,
@@ -61,7 +64,7 @@ def make_chunks(
             title=doc.title,
             date=doc.date,
             section=doc.section_at(a),
-            page=doc.page_at(a),
+            page=page,
             language=detect_language(text, sample=600),
             metadata=meta,
         ))

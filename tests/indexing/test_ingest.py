@@ -1,0 +1,130 @@
+"""The ingest pipeline end to end on generated files: metadata on stored chunks, idempotent
+re-ingest, update, delete, config changes, and bad files reported while the rest is indexed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from indexing.config import (
+    ChunkingConfig,
+    CleaningConfig,
+    IndexingConfig,
+    RecursiveSpec,
+    SlidingSpec,
+    SmallToBigSpec,
+)
+from indexing.pipeline import Ingestor
+from indexing.store import DocumentStore
+
+
+def small_cfg(near_dedup: str = "off", **chunking) -> IndexingConfig:
+    # The corpus below reuses one paragraph on purpose, so near-dedup is off unless tested.
+    return IndexingConfig(
+        cleaning=CleaningConfig(near_dedup=near_dedup),
+        chunking=ChunkingConfig(**chunking) if chunking else ChunkingConfig(
+            chunkers=[RecursiveSpec(chunk_size=64, overlap=16), SmallToBigSpec(child_size=32, child_overlap=0)]))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, en_text: str, zh_text: str, two_page_pdf) -> Path:
+    root = tmp_path / "corpus"
+    root.mkdir()
+    (root / "guide.md").write_text(f"---\ntitle: Guide\ndate: 2024-05-01\n---\n# Setup\n{en_text}\n## Linux\n{en_text}",
+                                   encoding="utf-8")
+    (root / "zh.txt").write_text(zh_text * 3, encoding="utf-8")
+    (root / "page.html").write_text(f"<title>Page</title><p>{en_text}</p><script>x()</script>", encoding="utf-8")
+    two_page_pdf(root / "report.pdf")
+    rows = [{"_id": f"r{i}", "title": f"Record {i}", "text": f"Record number {i}. " + en_text,
+             "metadata": {"year": 2000 + i}} for i in range(3)]
+    (root / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    return root
+
+
+def test_ingest_metadata_and_idempotence(tmp_path: Path, corpus: Path):
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        ing = Ingestor(store, small_cfg())
+        r1 = ing.ingest([corpus], collection="c", progress=False)
+        assert (r1.new, r1.changed, r1.unchanged, r1.failed) == (7, 0, 0, [])
+        assert set(r1.chunks) == {"recursive-64", "child-32", "parent-512"}
+        assert store.count_documents("c") == 7
+        assert store.count_chunks("c") == sum(r1.chunks.values())
+        for d in store.list_documents("c"):
+            assert len(list(store.iter_chunks("c", doc_id=d["doc_id"]))) == d["n_chunks"]
+
+        pdf_chunks = [c for c in store.iter_chunks("c", granularity="child-32") if c.source.endswith(".pdf")]
+        assert {c.page for c in pdf_chunks} == {1, 2} and all(c.title == "Test PDF" for c in pdf_chunks)
+        (whole,) = [c for c in store.iter_chunks("c", granularity="recursive-64") if c.source.endswith(".pdf")]
+        assert whole.page == 1 and whole.metadata["page_end"] == 2
+        md = [c for c in store.iter_chunks("c", granularity="recursive-64") if c.source.endswith(".md")]
+        assert {c.section for c in md} == {"Setup", "Setup > Linux"} and md[0].date == "2024-05-01"
+        assert {c.language for c in store.iter_chunks("c") if c.source.endswith("zh.txt")} == {"zh"}
+        rec = list(store.iter_chunks("c", doc_id="r1"))
+        assert rec[0].metadata["year"] == 2001 and rec[0].title == "Record 1"
+        children = list(store.iter_chunks("c", granularity="child-32"))
+        parents = {c.chunk_id for c in store.iter_chunks("c", granularity="parent-512")}
+        assert children and all(c.parent_id in parents for c in children)
+
+        r2 = ing.ingest([corpus], collection="c", progress=False)
+        assert (r2.new, r2.changed, r2.unchanged) == (0, 0, 7) and not r2.chunks
+        assert r2.timings["chunk"] == 0.0  # unchanged documents are never chunked
+
+
+def test_update_delete_and_config_change(tmp_path: Path, corpus: Path, en_text: str):
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        Ingestor(store, small_cfg()).ingest([corpus], progress=False)
+        version = store.version()
+        zh = corpus / "zh.txt"
+        zh.write_text("A completely new text. It replaced the Chinese one.", encoding="utf-8")
+        r = Ingestor(store, small_cfg()).ingest([corpus], progress=False)
+        assert (r.new, r.changed, r.unchanged) == (0, 1, 6)
+        assert store.version() > version
+        (doc,) = [d for d in store.list_documents() if d["source"] == str(zh.resolve())]
+        texts = [c.text for c in store.iter_chunks(doc_id=doc["doc_id"])]
+        assert texts and all("Chinese" in t or "new text" in t for t in texts)
+
+        assert store.delete(doc["doc_id"]) == 1
+        assert list(store.iter_chunks(doc_id=doc["doc_id"])) == []
+        assert store.delete_source(str((corpus / "records.jsonl").resolve())) == 3
+        assert store.count_documents() == 3
+        r = Ingestor(store, small_cfg()).ingest([corpus], progress=False)
+        assert (r.new, r.changed, r.unchanged) == (4, 0, 3)
+
+        # Other chunk settings: every document is re-cut, old granularities disappear.
+        cfg = small_cfg(chunkers=[SlidingSpec(chunk_size=100, overlap=10)])
+        r = Ingestor(store, cfg).ingest([corpus], progress=False)
+        assert (r.new, r.changed, r.unchanged) == (0, 7, 0)
+        assert store.granularities() == ["sliding-100"]
+
+
+def test_bad_files_reported_and_others_indexed(tmp_path: Path, corpus: Path):
+    (corpus / "broken.pdf").write_bytes(b"%PDF-1.7\n1 0 obj <<>> garbage")
+    (corpus / "binary.txt").write_bytes(b"\x00\x01\x02\xff" * 10)
+    (corpus / "records.jsonl").open("a", encoding="utf-8").write("\n{bad json\n")
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        r = Ingestor(store, small_cfg()).ingest([corpus, tmp_path / "nope.md"], progress=False)
+    assert r.new == 7 and not r.ok
+    failed = {Path(f.path.split(":")[0]).name: f.reason for f in r.failed}
+    assert set(failed) == {"broken.pdf", "binary.txt", "records.jsonl", "nope.md"}
+    summary = r.summary()
+    assert "7 new" in summary and "4 failed" in summary and "broken.pdf" in summary
+
+
+def test_duplicates_dropped_and_counted(tmp_path: Path, en_text: str):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text(en_text * 3, encoding="utf-8")
+    (tmp_path / "c.txt").write_text((en_text * 3).replace("Chunking", "Splitting"), encoding="utf-8")
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        r = Ingestor(store, small_cfg("minhash")).ingest([tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"],
+                                                progress=False)
+    assert r.new == 1 and r.dropped == {"exact_duplicate": 1, "near_duplicate": 1}
+    assert "exact_duplicate=1" in r.summary()
+
+
+def test_preview_does_not_touch_the_store(tmp_path: Path, corpus: Path):
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        docs, chunks, errors = Ingestor(store, small_cfg()).preview(corpus / "guide.md")
+        assert len(docs) == 1 and chunks[0] and not errors
+        assert store.count_documents() == 0
