@@ -43,9 +43,10 @@ class LayerKVCache:
         self.dtype = dtype
         shape = (num_blocks, block_size, kv_heads, head_dim)
         store = torch.int8 if int8 else dtype
-        # empty, not zeros: a large CPU pool then costs physical memory only as blocks get used
-        self.k = torch.empty(shape, dtype=store, device=device)
-        self.v = torch.empty(shape, dtype=store, device=device)
+        # zeros, not empty: padded attention reads masked slots, and garbage NaNs would leak
+        # through the zero attention weights (0 * NaN = NaN)
+        self.k = torch.zeros(shape, dtype=store, device=device)
+        self.v = torch.zeros(shape, dtype=store, device=device)
         if int8:
             self.k_scale = torch.zeros(num_blocks, kv_heads, dtype=torch.float32, device=device)
             self.v_scale = torch.zeros(num_blocks, kv_heads, dtype=torch.float32, device=device)

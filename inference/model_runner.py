@@ -45,6 +45,7 @@ class ModelRunner:
         logits_rows: list[int] = []
         decode_tables: list[list[int]] = []
         decode_lens: list[int] = []
+        decode_rows: list[int] = []
         prefills: list[PrefillSpan] = []
         for seq, n in zip(batch.seqs, batch.num_tokens, strict=True):
             start = seq.num_computed_tokens
@@ -55,6 +56,7 @@ class ModelRunner:
                 p = end - 1
                 decode_tables.append(seq.block_table[: -(-end // bs)])
                 decode_lens.append(end)
+                decode_rows.append(row)
                 pos.append(torch.tensor([p]))
                 slot_parts.append(torch.tensor([seq.block_table[p // bs] * bs + p % bs]))
             else:
@@ -81,11 +83,11 @@ class ModelRunner:
                 table[i, : len(t)] = torch.tensor(t)
             lens = torch.tensor(decode_lens)
             mask = torch.arange(width * bs)[None, :] < lens[:, None]
-            meta.decode_idx = torch.arange(nbd, device=dev)
+            meta.decode_idx = torch.tensor(decode_rows, device=dev)
             meta.decode_block_tables = table.to(dev)
             meta.decode_ctx_lens = lens.to(dev)
             meta.decode_mask = mask[:, None, None, :].to(dev)
-            meta.decode_contiguous = True
+            meta.decode_contiguous = decode_rows == list(range(nbd))
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)
         positions = torch.cat(pos).to(dev)
         return input_ids, positions, meta, logits_rows

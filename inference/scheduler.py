@@ -76,7 +76,7 @@ class Scheduler:
                     break
             if seq.status != Status.RUNNING:
                 continue  # preempted itself; the loop index now points at the next one
-            (decodes.append(seq) if seq.num_uncomputed == 1 else prefills.append((seq, n)))
+            (decodes.append(seq) if n == 1 else prefills.append((seq, n)))
             budget -= n
             i += 1
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -93,7 +93,7 @@ class Scheduler:
                 seq.num_cached_tokens = min(hit, seq.num_prompt_tokens)
                 self.bm.record_query(seq.num_prompt_tokens, seq.num_cached_tokens)
             self.running.append(seq)
-            (decodes.append(seq) if seq.num_uncomputed == 1 else prefills.append((seq, n)))
+            (decodes.append(seq) if n == 1 else prefills.append((seq, n)))
             budget -= n
         seqs = decodes + [s for s, _ in prefills]
         return ScheduledBatch(seqs=seqs, num_tokens=[1] * len(decodes) + [n for _, n in prefills])

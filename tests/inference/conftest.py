@@ -1,0 +1,92 @@
+"""Shared engines for the inference tests: SmolLM2 is loaded once per session, HF transformers
+reference outputs are computed once per prompt, and every test ends with zero KV blocks in use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference import LLM, SamplingParams
+
+_ENGINES: list[LLM] = []
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n   ",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "List three colors:",
+]
+SYSTEM = ("You are a careful assistant for a retrieval system. Answer only from the given context, cite "
+          "the passages you used, and say you do not know when the context is silent. Context:")
+
+
+def make_llm(**kwargs) -> LLM:
+    """Extra engines (tiny pools, int8 KV ...) reuse the converted model dir from the session one."""
+    llm = LLM(kwargs.pop("model", "smollm2"), **kwargs)
+    _ENGINES.append(llm)
+    return llm
+
+
+@pytest.fixture(scope="session")
+def engine_factory():
+    return make_llm
+
+
+@pytest.fixture(scope="session")
+def prompts() -> list[str]:
+    return list(PROMPTS)
+
+
+@pytest.fixture(scope="session")
+def system_prompt() -> str:
+    return SYSTEM
+
+
+@pytest.fixture(scope="session")
+def llm() -> LLM:
+    return make_llm(num_blocks=256, max_num_seqs=16, max_num_batched_tokens=512)
+
+
+@pytest.fixture(scope="session")
+def model_dir(llm):
+    return llm.engine.model_dir
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(llm):
+    """fn(prompt, n) -> HF transformers greedy continuation (fp32, same dequantised weights)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=torch.float32).eval()
+    cache: dict[tuple, list[int]] = {}
+
+    def run(prompt: str | list[int], n: int) -> list[int]:
+        ids = llm.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        key = (tuple(ids), n)
+        if key not in cache:
+            x = torch.tensor([ids])
+            with torch.inference_mode():
+                out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                                     pad_token_id=llm.tokenizer.eos_token_id)
+            cache[key] = out[0, len(ids):].tolist()
+        return cache[key]
+
+    run.model = model
+    return run
+
+
+@pytest.fixture
+def greedy():
+    return lambda n: SamplingParams(temperature=0.0, max_tokens=n)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_blocks():
+    """Block accounting invariant: once a test is done, no engine holds a KV block."""
+    yield
+    for engine_llm in _ENGINES:
+        eng = engine_llm.engine
+        assert not eng.requests, f"unfinished requests left: {list(eng.requests)}"
+        assert eng.bm.num_used == 0, f"{eng.bm.num_used} KV blocks still in use"
+        assert eng.bm.live_slots == 0
+        assert eng.bm.num_free == eng.bm.num_blocks
