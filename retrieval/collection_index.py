@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +159,7 @@ class CollectionIndex:
             return {"added": 0, "removed": 0, "kept": len(self.hashes), "store_version": version}
         current: dict[int, str] = {}
         todo: list[tuple[int, str]] = []
-        for ch in store.iter_chunks(self.collection, self.cfg.index_granularity()):
+        for ch in self.iter_indexed(store):
             text = indexed_text(ch, self.cfg.include_title)
             h = content_hash(text)
             current[ch.int_id] = h
@@ -190,6 +190,14 @@ class CollectionIndex:
         return {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
                 "store_version": version}
 
+    def iter_indexed(self, store: DocumentStore) -> Iterator[Chunk]:
+        """The chunks this index holds: the configured granularity, else everything but parents."""
+        gran = self.cfg.index_granularity()
+        for ch in store.iter_chunks(self.collection, gran):
+            if gran is None and ch.metadata.get("role") == "parent":
+                continue
+            yield ch
+
     def is_current(self, store: DocumentStore) -> bool:
         return bool(self.manifest) and self.manifest.get("store_version") == store.version(self.collection)
 
@@ -201,7 +209,7 @@ class CollectionIndex:
         if key not in self._allowed_cache:
             if self._fields is None or self._fields[0] != version:
                 light = []
-                for c in store.iter_chunks(self.collection, self.cfg.index_granularity()):
+                for c in self.iter_indexed(store):
                     c.text = ""  # only fields are needed; keep memory flat on big collections
                     light.append(c)
                 self._fields = (version, light)

