@@ -23,7 +23,17 @@ _END = object()
 
 class AsyncEngine:
     def __init__(self, model: str = "smollm2", **engine_args) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **engine_args))
+        self._attach(LLMEngine(EngineConfig(model=model, **engine_args)))
+
+    @classmethod
+    def from_engine(cls, engine: LLMEngine) -> AsyncEngine:
+        """Wrap an existing engine (e.g. one shared with an offline `LLM`)."""
+        self = cls.__new__(cls)
+        self._attach(engine)
+        return self
+
+    def _attach(self, engine: LLMEngine) -> None:
+        self.engine = engine
         self.tokenizer = self.engine.tokenizer
         self._lock = threading.Lock()
         self._wake = threading.Event()

@@ -32,6 +32,63 @@ def resolve_markers(text: str, passages: list[Passage]) -> tuple[str, list[Citat
     return cleaned, [to_citation(by_marker[n]) for n in order], removed
 
 
+class MarkerFilter:
+    """Streaming version of `resolve_markers`: text goes in as deltas, checked text comes out.
+
+    A `[` is held back until it is clearly a marker (closed by `]`) or clearly not one, so a
+    marker pointing at no passage is never shown, and the concatenated output equals the final
+    answer text exactly.
+    """
+
+    def __init__(self, valid: set[int]):
+        self.valid = valid
+        self.used: list[int] = []
+        self.removed = 0
+        self._buf = ""
+        self._started = False
+
+    def feed(self, delta: str) -> str:
+        out = []
+        for ch in delta:
+            if self._buf:
+                self._buf += ch
+                if ch == "]":
+                    out.append(self._close())
+                elif not (ch.isdigit() or ch in ",，、 ") or len(self._buf) > 24:
+                    out.append(self._buf)
+                    self._buf = ""
+            elif ch == "[":
+                self._buf = ch
+            else:
+                out.append(ch)
+        return self._emit("".join(out))
+
+    def flush(self) -> str:
+        rest, self._buf = self._buf, ""
+        return self._emit(rest)
+
+    def _emit(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            self._started = bool(text)
+        return text
+
+    def _close(self) -> str:
+        m = _MARKER.fullmatch(self._buf)
+        self._buf_text, self._buf = self._buf, ""
+        if m is None:
+            return self._buf_text
+        nums = [int(x) for x in re.split(r"\s*[,，、]\s*", m.group(1))]
+        kept = [n for n in nums if n in self.valid]
+        self.removed += len(nums) - len(kept)
+        for n in kept:
+            if n not in self.used:
+                self.used.append(n)
+        if len(kept) == len(nums):
+            return self._buf_text
+        return "".join(f"[{n}]" for n in kept)
+
+
 def to_citation(p: Passage, inferred: bool = False) -> Citation:
     url = p.metadata.get("url") or (p.source if p.source.startswith(("http://", "https://")) else None)
     return Citation(marker=p.marker, chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title,

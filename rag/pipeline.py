@@ -18,7 +18,7 @@ from retrieval.types import Candidate, SearchResult
 from . import prompt as prompt_mod
 from .answer import Answer, Passage
 from .app import build_retriever, open_store
-from .citations import attribute, resolve_markers
+from .citations import MarkerFilter, attribute, to_citation
 from .config import RagConfig, load_config
 from .query.planner import QueryPlan, QueryPlanner
 
@@ -159,20 +159,31 @@ class Pipeline:
             yield answer
             return
         last = None
+        markers = MarkerFilter({p.marker for p in answer.passages})
+        parts: list[str] = []
         for out in self.generator.stream(built.token_ids, params):
             last = out
-            delta = out.outputs[0].delta_text
+            delta = markers.feed(out.outputs[0].delta_text)
             if delta:
+                parts.append(delta)
                 yield delta
-        yield self.finish(answer, last, t0)
+        tail = markers.flush()
+        if tail:
+            parts.append(tail)
+            yield tail
+        yield self.finish(answer, last, "".join(parts), markers, t0)
 
-    def finish(self, answer: Answer, out: Any, t0: float) -> Answer:
-        """Turn the final engine output into the answer: citations, refusal, costs."""
-        text = out.outputs[0].text if out is not None else ""
-        text, cites, removed = resolve_markers(text, answer.passages)
+    def finish(self, answer: Answer, out: Any, text: str, markers: MarkerFilter, t0: float) -> Answer:
+        """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
+
+        `text` is exactly what was streamed. When the model cited nothing, citations are
+        attributed by word overlap and flagged `inferred` (the text itself is left as streamed).
+        """
+        by_marker = {p.marker: p for p in answer.passages}
+        cites = [to_citation(by_marker[n]) for n in markers.used]
         if not cites and self.cfg.answer.attribute:
-            text, cites = attribute(text, answer.passages, self.cfg.answer.attribution_overlap)
-        answer.text, answer.citations, answer.removed_markers = text, cites, removed
+            _, cites = attribute(text, answer.passages, self.cfg.answer.attribution_overlap)
+        answer.text, answer.citations, answer.removed_markers = text, cites, markers.removed
         answer.refused = self.cfg.prompt.refusal.lower().rstrip(".") in text.lower()
         if out is not None:
             m = out.metrics

@@ -34,7 +34,7 @@ def entity_filters(entities: dict[str, list[str]], mapping: dict[str, str]) -> d
             continue
         if kind == "year":
             y = values[0]
-            filters[field] = {"range": [f"{y}-01-01", f"{y}-12-31T23:59:59"]}
+            filters[field] = {"gte": f"{y}-01-01", "lte": f"{y}-12-31T23:59:59"}
         elif kind == "date":
             filters[field] = {"prefix": values[0]}
         else:

@@ -30,7 +30,7 @@ def test_rule_based_entities():
     assert ents["phrase"] == ["night mode"]
     assert ents["date"] == ["2021-03-02"] and ents["year"] == ["1999"]
     assert "Ada Lovelace" in ents["name"]
-    assert entity_filters(ents, {"year": "date"}) == {"date": {"range": ["1999-01-01", "1999-12-31T23:59:59"]}}
+    assert entity_filters(ents, {"year": "date"}) == {"date": {"gte": "1999-01-01", "lte": "1999-12-31T23:59:59"}}
 
 
 def test_synonym_file(tmp_path):
