@@ -30,6 +30,10 @@ def report_columns(results: Sequence[EvalResult], limit: int = 8) -> list[str]:
     return (cols or present)[:limit]
 
 
+def _ms(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
 def _label(r: EvalResult) -> str:
     return r.name or r.dataset or "run"
 
@@ -106,13 +110,13 @@ def markdown_report(results: Sequence[EvalResult], title: str, images: dict[str,
         lat = r.latency_ms.get(TOTAL, {})
         cells = [f"{r.metrics.get(c, float('nan')):.4f}" for c in cols]
         lines.append(f"| {_label(r)} | {r.n_queries} | " + " | ".join(cells)
-                     + f" | {lat.get('p50', 0.0):.1f} | {lat.get('p95', 0.0):.1f} |")
+                     + f" | {_ms(lat.get('p50', 0.0))} | {_ms(lat.get('p95', 0.0))} |")
     stages = _stages(results)
     if stages:
         lines += ["", "## Latency by stage (p50 / p95 ms)", "",
                   "| variant | " + " | ".join(stages) + " |", "|---|" + "---:|" * len(stages)]
         for r in results:
-            cells = [f"{r.latency_ms[s]['p50']:.1f} / {r.latency_ms[s]['p95']:.1f}" if s in r.latency_ms else "-"
+            cells = [f"{_ms(r.latency_ms[s]['p50'])} / {_ms(r.latency_ms[s]['p95'])}" if s in r.latency_ms else "-"
                      for s in stages]
             lines.append(f"| {_label(r)} | " + " | ".join(cells) + " |")
     if results and cols:

@@ -1,0 +1,40 @@
+"""RGB runs with a real (word-overlap) reader: noise robustness, rejection, counterfactuals."""
+
+import json
+import re
+
+from eval.cache import QueryCache
+from eval.datasets import load_rgb
+from eval.rgb_eval import evaluate_rgb
+
+ROWS = [
+    {"id": i, "query": f"capital of {country}", "answer": [city], "fakeanswer": fake,
+     "positive": [f"The capital of {country} is {city}.", f"{city} became capital of {country} long ago."],
+     "positive_wrong": [f"The capital of {country} is {fake}."],
+     "negative": [f"Noise passage number {j} about cooking." for j in range(6)]}
+    for i, (country, city, fake) in enumerate([("France", "Paris", "Lyon"), ("Japan", "Tokyo", "Osaka"),
+                                               ("Egypt", "Cairo", "Luxor")])
+]
+
+
+def reader(query: str, passages: list[str]) -> str:
+    """Answers with the passages that share a content word with the question, else rejects."""
+    words = {w for w in re.findall(r"\w+", query.lower()) if len(w) > 3}
+    hits = [p for p in passages if words & set(re.findall(r"\w+", p.lower()))]
+    return " ".join(hits) if hits else "Insufficient information."
+
+
+def test_rgb_noise_rejection_and_counterfactual(tmp_path):
+    p = tmp_path / "en.json"
+    p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    items = load_rgb(p)
+    clean = evaluate_rgb(items, reader, noise_rate=0.4, n_passages=4, progress=False)
+    assert clean.metrics == {"rgb_acc": 1.0, "rgb_reject": 0.0} and clean.config["noise_rate"] == 0.4
+    noise = evaluate_rgb(items, reader, noise_rate=1.0, n_passages=4, progress=False)
+    assert noise.metrics == {"rgb_acc": 0.0, "rgb_reject": 1.0}
+    fact = evaluate_rgb(items, reader, counterfactual=True, n_passages=3, progress=False)
+    assert fact.metrics["rgb_acc"] == 0.0 and fact.metrics["fact_detect"] == 0.0
+    cache = QueryCache(tmp_path / "rgb.jsonl", "k")
+    evaluate_rgb(items[:2], reader, progress=False, cache=cache)
+    again = evaluate_rgb(items, reader, progress=False, cache=QueryCache(tmp_path / "rgb.jsonl", "k"))
+    assert again.executed == 1 and again.metrics["rgb_acc"] == 1.0
