@@ -46,6 +46,12 @@ class MarkerFilter:
         self.removed = 0
         self._buf = ""
         self._started = False
+        self._out: list[str] = []
+
+    @property
+    def text(self) -> str:
+        """Everything emitted so far: exactly the concatenation of the streamed deltas."""
+        return "".join(self._out)
 
     def feed(self, delta: str) -> str:
         out = []
@@ -71,6 +77,7 @@ class MarkerFilter:
         if not self._started:
             text = text.lstrip()
             self._started = bool(text)
+        self._out.append(text)
         return text
 
     def _close(self) -> str:

@@ -20,6 +20,7 @@ from .config_loader import apply_overrides, deep_merge, read_yaml, validate
 from .generator import GeneratorConfig
 from .prompt import PromptConfig
 from .query.config import QueryConfig
+from .server.config import ServerConfig
 
 
 class StorageConfig(BaseModel):
@@ -50,6 +51,7 @@ class RagConfig(BaseModel):
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     answer: AnswerConfig = Field(default_factory=AnswerConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
 
     @property
     def storage_path(self) -> Path:

@@ -6,6 +6,7 @@ retrieval-only config never needs one.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,8 @@ class Pipeline:
         self._planner: QueryPlanner | None = None
         self._reranker: Any = None
         self._compressor: Any = None
+        # Searches and index updates (server ingest jobs) must not interleave on the store.
+        self.lock = threading.RLock()
 
     @classmethod
     def from_config(cls, path: str | Path | RagConfig | None = None, overrides: list[str] | None = None,
@@ -91,8 +94,9 @@ class Pipeline:
         coll = collection if collection is not None else plan.collections
         depth = max(k, self.cfg.rerank.depth) if self.cfg.rerank.type != "none" else k
         t0 = time.perf_counter()
-        results = [self.retriever.search(q.text, k=depth, mode=q.mode, filters=flt, collection=coll,
-                                         must_terms=plan.must_terms or None) for q in plan.searches]
+        with self.lock:
+            results = [self.retriever.search(q.text, k=depth, mode=q.mode, filters=flt, collection=coll,
+                                             must_terms=plan.must_terms or None) for q in plan.searches]
         timings["retrieve"] = _ms(t0)
         for r in results:
             for key in ("embed", "bm25", "dense"):
@@ -158,27 +162,45 @@ class Pipeline:
             yield answer.text
             yield answer
             return
-        last = None
         markers = MarkerFilter({p.marker for p in answer.passages})
-        parts: list[str] = []
+        last = None
         for out in self.generator.stream(built.token_ids, params):
             last = out
-            delta = markers.feed(out.outputs[0].delta_text)
-            if delta:
-                parts.append(delta)
+            if delta := markers.feed(out.outputs[0].delta_text):
                 yield delta
-        tail = markers.flush()
-        if tail:
-            parts.append(tail)
+        if tail := markers.flush():
             yield tail
-        yield self.finish(answer, last, "".join(parts), markers, t0)
+        yield self.finish(answer, last, markers, t0)
 
-    def finish(self, answer: Answer, out: Any, text: str, markers: MarkerFilter, t0: float) -> Answer:
+    async def astream(self, question: str, filters: Any = None, collection: str | None = None,
+                      k: int | None = None, request_id: str | None = None, **sampling: Any):
+        """`stream` for the server: retrieval in a worker thread, generation on the caller's loop
+        (so a client that goes away cancels the request and frees its KV blocks)."""
+        import asyncio
+
+        t0 = time.perf_counter()
+        answer, built, params = await asyncio.to_thread(self.prepare, question, filters, collection, k, **sampling)
+        if built is None:
+            yield answer.text
+            yield answer
+            return
+        markers = MarkerFilter({p.marker for p in answer.passages})
+        last = None
+        async for out in self.generator.astream(built.token_ids, params, request_id=request_id):
+            last = out
+            if delta := markers.feed(out.outputs[0].delta_text):
+                yield delta
+        if tail := markers.flush():
+            yield tail
+        yield self.finish(answer, last, markers, t0)
+
+    def finish(self, answer: Answer, out: Any, markers: MarkerFilter, t0: float) -> Answer:
         """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
 
         `text` is exactly what was streamed. When the model cited nothing, citations are
         attributed by word overlap and flagged `inferred` (the text itself is left as streamed).
         """
+        text = markers.text
         by_marker = {p.marker: p for p in answer.passages}
         cites = [to_citation(by_marker[n]) for n in markers.used]
         if not cites and self.cfg.answer.attribute:

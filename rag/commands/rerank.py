@@ -1,0 +1,96 @@
+"""`rag rerank train|eval`: train a cross-encoder on BEIR data, measure it on a BEIR split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from ._common import add_config_args, config_from, print_json
+
+
+def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
+    p.add_argument("--dataset", action="append", required=True, metavar="DIR",
+                   help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv or qa/<split>.jsonl); repeatable")
+    p.add_argument("--base", help="base encoder dir or HF id (default: the packaged all-MiniLM-L6-v2)")
+    p.add_argument("--out", default=default_out, help=f"output dir (default {default_out})")
+    p.add_argument("--split", default="train")
+    p.add_argument("--max-steps", type=int, default=-1)
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--negatives", type=int, default=3)
+    p.add_argument("--mine", choices=("bm25", "hybrid"), default="hybrid")
+    p.add_argument("--max-queries", type=int, help="per dataset (quick runs)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
+
+
+def train_config(args: argparse.Namespace, lr: float):
+    from rerank.train import TrainConfig
+
+    extra = {"base": args.base} if args.base else {}
+    return TrainConfig(datasets=args.dataset, out=args.out, split=args.split, max_steps=args.max_steps,
+                       epochs=args.epochs, batch_size=args.batch_size, lr=args.lr or lr,
+                       max_length=args.max_length, negatives=args.negatives, mine=args.mine,
+                       max_queries=args.max_queries, seed=args.seed, resume=args.resume, **extra)
+
+
+def mining_embedder(args: argparse.Namespace):
+    """The configured retrieval embedder with the storage's embedding cache (re-runs are cheap)."""
+    if args.mine == "bm25":
+        return None
+    from retrieval.embeddings import make_embedder
+
+    cfg = config_from(args)
+    return make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rerank", help="train or evaluate rerankers")
+    rsub = p.add_subparsers(dest="rerank_command", metavar="ACTION", required=True)
+    t = rsub.add_parser("train", help="train a cross-encoder with hard negatives mined by our retriever")
+    add_config_args(t)
+    add_train_args(t, ".rag/models/reranker")
+    t.set_defaults(func=run_train)
+    e = rsub.add_parser("eval", help="nDCG@10 of hybrid retrieval before/after reranking on a BEIR split")
+    add_config_args(e)
+    e.add_argument("--dataset", required=True, metavar="DIR")
+    e.add_argument("--split", default="test")
+    e.add_argument("--type", default="cross-encoder", choices=("cross-encoder", "bi-encoder", "llm"))
+    e.add_argument("--model", default=".rag/models/reranker")
+    e.add_argument("--depth", type=int, default=50)
+    e.add_argument("--max-length", type=int, default=256)
+    e.add_argument("--max-queries", type=int)
+    e.add_argument("--cache", help="JSONL of reranker scores per query (resumes an interrupted run)")
+    e.set_defaults(func=run_eval)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from rerank.train import train_cross_encoder
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    info = train_cross_encoder(train_config(args, lr=5e-5), embedder=mining_embedder(args))
+    print_json(info)
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from rerank import build_reranker
+    from rerank.beir import load_beir
+    from rerank.evaluate import report, rerank_run, retrieval_runs
+    from retrieval.embeddings import make_embedder
+
+    cfg = config_from(args)
+    emb = make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
+    data = load_beir(args.dataset, args.split, max_queries=args.max_queries)
+    runs = retrieval_runs(data, emb, modes=("hybrid",))
+    reranker = build_reranker({"type": args.type, "model": args.model, "depth": args.depth,
+                               "max_length": args.max_length}, embedder=emb)
+    runs["hybrid+rerank"], secs = rerank_run(data, runs["hybrid"], reranker, args.depth, args.cache)
+    scores = report(data, runs)
+    print(json.dumps({"dataset": Path(args.dataset).name, "split": args.split, "queries": len(data.queries),
+                      "depth": args.depth, "ndcg@10": scores, "rerank_s": round(secs, 1)}, indent=2))
+    return 0

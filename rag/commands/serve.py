@@ -1,0 +1,28 @@
+"""`rag serve`: the REST server (FastAPI + uvicorn) on one shared engine."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import command, config_from
+
+
+def register(sub) -> None:
+    p = command(sub, "serve", "run the REST question-answering server", run)
+    p.add_argument("--host", help="default: server.host (127.0.0.1)")
+    p.add_argument("--port", type=int, help="default: server.port (8000)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..server.app import create_app
+
+    cfg = config_from(args)
+    host = args.host or cfg.server.host
+    port = args.port if args.port is not None else cfg.server.port
+    app = create_app(cfg)
+    print(f"serving on http://{host}:{port}  (docs: /docs, chat page: /)")
+    uvicorn.run(app, host=host, port=port, log_level="info",
+                timeout_graceful_shutdown=int(cfg.server.shutdown_grace_s) or None)
+    return 0

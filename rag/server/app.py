@@ -1,0 +1,70 @@
+"""The FastAPI application: one pipeline, one engine, shared by every request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from ..config import RagConfig
+from . import middleware, routes_ask, routes_docs, routes_openai, routes_ops
+from .config import ServerConfig
+from .jobs import JobRunner
+from .state import Admission, ServerState
+
+
+def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -> FastAPI:
+    """`pipeline` may be given (tests, embedding); otherwise it is built at startup.
+
+    Models load in a background thread so `/health` answers at once and `/ready` turns true
+    when everything is loaded.
+    """
+    server: ServerConfig = cfg.server
+    state = ServerState(cfg=cfg, server=server, pipeline=pipeline)
+
+    def load() -> None:
+        try:
+            if state.pipeline is None:
+                from ..pipeline import Pipeline
+
+                state.pipeline = Pipeline(cfg)
+            pipe = state.pipeline
+            for c in pipe.store.collections() or [cfg.retrieval.default_collection]:
+                pipe.retriever.sync(c)
+            pipe.generator  # noqa: B018 - loads the engine now, not on the first request
+            state.jobs = JobRunner(pipe, pipe.lock)
+            eng = pipe.generator.engine
+            state.registry.gauge_source("rag_engine", "engine state", eng.stats)
+            state.ready = True
+        except Exception as e:  # surfaced by /ready; the process stays up for inspection
+            state.load_error = f"{type(e).__name__}: {e}"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.admission = Admission(server.max_concurrent, server.max_waiting, server.retry_after_s, state.registry)
+        if load_in_background:
+            threading.Thread(target=load, name="rag-load", daemon=True).start()
+        else:
+            await asyncio.to_thread(load)
+        yield
+        # Graceful shutdown: refuse new work, let running requests finish, flush and close.
+        state.draining = True
+        if state.jobs is not None:
+            await asyncio.to_thread(state.jobs.stop, server.shutdown_grace_s)
+        if state.pipeline is not None and pipeline is None:
+            await asyncio.to_thread(state.pipeline.close)
+
+    app = FastAPI(title="ragstack", version="0.1.0", lifespan=lifespan,
+                  description="Question answering with citations over your documents, on an in-process engine.")
+    app.state.rag = state
+    if server.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"])
+    middleware.install(app, state)
+    app.add_middleware(middleware.BodyLimit, limit=server.max_body_bytes)
+    for r in (routes_ops.router, routes_ask.router, routes_docs.router, routes_openai.router):
+        app.include_router(r)
+    return app

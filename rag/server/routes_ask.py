@@ -1,0 +1,104 @@
+"""POST /v1/ask (JSON or Server-Sent Events) and POST /v1/search."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..answer import Answer
+from ..prompt import PromptTooLong
+from .deps import bad, check_max_tokens, check_question, get_state, observe_stages, ready_pipeline, sse
+from .schemas import AskRequest, SearchRequest
+
+router = APIRouter(tags=["rag"])
+
+
+def _sampling(req: AskRequest) -> dict:
+    o = req.options
+    return {k: v for k, v in (("max_tokens", o.max_tokens), ("temperature", o.temperature), ("seed", o.seed))
+            if v is not None}
+
+
+def _answer_json(answer: Answer, passages: bool) -> dict:
+    return answer.to_dict(passages=passages)
+
+
+@router.post("/v1/ask", summary="Answer a question from the index, with citations (stream: SSE)")
+async def ask(req: AskRequest, request: Request):
+    st = get_state(request)
+    pipe = ready_pipeline(request)
+    check_question(st, req.question)
+    check_max_tokens(st, req.options.max_tokens, "options.max_tokens")
+    rid = f"ask-{uuid.uuid4().hex}"
+    gen = pipe.astream(req.question, filters=req.filters, collection=req.collection, k=req.top_k,
+                       request_id=rid, **_sampling(req))
+    await st.admission.__aenter__()
+    try:
+        first = await _first(gen)
+    except BaseException:
+        await st.admission.__aexit__(None, None, None)
+        raise
+    if not req.stream:
+        try:
+            answer = first if isinstance(first, Answer) else None
+            async for item in gen:
+                if isinstance(item, Answer):
+                    answer = item
+        finally:
+            await st.admission.__aexit__(None, None, None)
+        observe_stages(st, answer.timings_ms)
+        return _answer_json(answer, req.options.passages)
+
+    async def events():
+        try:
+            item = first
+            while True:
+                if isinstance(item, Answer):
+                    observe_stages(st, item.timings_ms)
+                    yield sse("final", _answer_json(item, req.options.passages))
+                    break
+                yield sse("delta", {"text": item})
+                item = await gen.__anext__()
+        finally:
+            await gen.aclose()  # a disconnect lands here: the engine request is aborted
+            await st.admission.__aexit__(None, None, None)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Request-Id": rid})
+
+
+async def _first(gen):
+    """Run up to the first delta so retrieval and prompt errors become proper 4xx responses."""
+    try:
+        return await gen.__anext__()
+    except PromptTooLong as e:
+        raise bad("question", str(e), 413) from None
+    except ValueError as e:
+        raise bad("question" if "question" in str(e) else "filters", str(e)) from None
+
+
+@router.post("/v1/search", summary="Retrieval only: ranked chunks with scores and metadata")
+async def search(req: SearchRequest, request: Request):
+    st = get_state(request)
+    pipe = ready_pipeline(request)
+    check_question(st, req.query, "query")
+    try:
+        res = await asyncio.to_thread(_search, pipe, req)
+    except ValueError as e:
+        raise bad("filters", str(e)) from None
+    observe_stages(st, res.timings_ms)
+    out = res.to_dict()
+    for r, c in zip(out["results"], res.candidates):
+        r["ranks"], r["scores"] = dict(c.ranks), {k: float(v) for k, v in c.scores.items()}
+    return out
+
+
+def _search(pipe, req: SearchRequest):
+    if req.mode:
+        with pipe.lock:
+            return pipe.retriever.search(req.query, k=req.top_k, mode=req.mode, filters=req.filters,
+                                         collection=req.collection)
+    return pipe.search(req.query, filters=req.filters, collection=req.collection, k=req.top_k)

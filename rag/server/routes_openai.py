@@ -1,0 +1,203 @@
+"""OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models on the same engine.
+
+`rag: true` on a chat request answers the last user message from the index instead, and adds a
+`rag` object (citations, passages) beside the usual fields, so existing clients keep working.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..answer import Answer
+from .deps import bad, check_max_tokens, check_question, get_state, ready_pipeline
+from .schemas import ChatRequest, CompletionRequest
+
+router = APIRouter(tags=["openai"])
+
+
+def _params(st, req, tokenizer, default_max: int = 256) -> Any:
+    from inference.sampling_params import SamplingParams
+
+    max_tokens = req.max_completion_tokens or req.max_tokens
+    check_max_tokens(st, max_tokens, "max_tokens")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    procs = []
+    fmt = getattr(req, "response_format", None)
+    if fmt:
+        kind = fmt.get("type")
+        if kind == "json_schema":
+            from inference.structured import JsonSchemaLogitsProcessor, SchemaError
+
+            schema = (fmt.get("json_schema") or {}).get("schema")
+            try:
+                procs.append(JsonSchemaLogitsProcessor(schema, tokenizer))
+            except (SchemaError, TypeError, ValueError) as e:
+                raise bad("response_format.json_schema.schema", str(e)) from None
+        elif kind != "text":
+            raise bad("response_format.type", f"{kind!r} is not supported; use 'json_schema' or 'text'")
+    return SamplingParams(
+        max_tokens=max_tokens or min(default_max, st.server.max_tokens_limit),
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=req.top_p or 1.0, stop=stop, seed=req.seed,
+        presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,
+        logits_processors=procs)
+
+
+def _usage(out) -> dict:
+    m = out.metrics
+    return {"prompt_tokens": m.prompt_tokens, "completion_tokens": m.generated_tokens,
+            "total_tokens": m.prompt_tokens + m.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": m.cached_prompt_tokens}}
+
+
+def _chunk(cid: str, model: str, obj: str, choice: dict) -> str:
+    body = {"id": cid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+@router.get("/v1/models")
+async def models(request: Request):
+    st = get_state(request)
+    return {"object": "list", "data": [{"id": st.server.model_name, "object": "model", "created": 0,
+                                        "owned_by": "ragstack"}]}
+
+
+@router.post("/v1/chat/completions")
+async def chat(req: ChatRequest, request: Request):
+    st = get_state(request)
+    pipe = ready_pipeline(request)
+    model = req.model or st.server.model_name
+    cid = f"chatcmpl-{uuid.uuid4().hex}"
+    if req.rag:
+        return await _rag_chat(st, pipe, req, model, cid)
+    tok = pipe.generator.tokenizer
+    messages = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in req.messages]
+    ids = tok.encode(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                     add_special_tokens=False)
+    params = _params(st, req, tok)
+    return await _generate(st, pipe, ids, params, req.stream, cid, model, chat=True)
+
+
+@router.post("/v1/completions")
+async def completions(req: CompletionRequest, request: Request):
+    st = get_state(request)
+    pipe = ready_pipeline(request)
+    model = req.model or st.server.model_name
+    prompts = [req.prompt] if isinstance(req.prompt, str) else list(req.prompt)
+    if not prompts:
+        raise bad("prompt", "must not be empty")
+    if req.stream and len(prompts) > 1:
+        raise bad("prompt", "streaming takes a single prompt")
+    params = _params(st, req, pipe.generator.tokenizer, default_max=16)
+    cid = f"cmpl-{uuid.uuid4().hex}"
+    if req.stream:
+        return await _generate(st, pipe, prompts[0], params, True, cid, model, chat=False)
+    choices, usage = [], {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for i, p in enumerate(prompts):
+        body = await _generate(st, pipe, p, params, False, cid, model, chat=False)
+        c = body["choices"][0]
+        c["index"] = i
+        if req.echo:
+            c["text"] = p + c["text"]
+        choices.append(c)
+        for k in usage:
+            usage[k] += body["usage"][k]
+    return {"id": cid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": usage}
+
+
+async def _generate(st, pipe, prompt, params, stream: bool, cid: str, model: str, chat: bool):
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    await st.admission.__aenter__()
+    try:
+        agen = pipe.generator.astream(prompt, params, request_id=cid + uuid.uuid4().hex[:6])
+    except ValueError as e:  # e.g. the prompt does not fit in the context
+        await st.admission.__aexit__(None, None, None)
+        raise bad("messages" if chat else "prompt", str(e), 413 if "max_model_len" in str(e) else 422) from None
+    if not stream:
+        last = None
+        try:
+            async for out in agen:
+                last = out
+        finally:
+            await st.admission.__aexit__(None, None, None)
+        o = last.outputs[0]
+        choice = ({"index": 0, "message": {"role": "assistant", "content": o.text}, "finish_reason": o.finish_reason}
+                  if chat else {"index": 0, "text": o.text, "finish_reason": o.finish_reason, "logprobs": None})
+        return {"id": cid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+                "model": model, "choices": [choice], "usage": _usage(last)}
+
+    async def events():
+        try:
+            if chat:
+                yield _chunk(cid, model, obj, {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None})
+            async for out in agen:
+                o = out.outputs[0]
+                if o.delta_text:
+                    piece = {"content": o.delta_text} if chat else None
+                    choice = ({"index": 0, "delta": piece, "finish_reason": None} if chat
+                              else {"index": 0, "text": o.delta_text, "finish_reason": None})
+                    yield _chunk(cid, model, obj, choice)
+                if out.finished:
+                    end = ({"index": 0, "delta": {}, "finish_reason": o.finish_reason} if chat
+                           else {"index": 0, "text": "", "finish_reason": o.finish_reason})
+                    yield _chunk(cid, model, obj, end)
+            yield "data: [DONE]\n\n"
+        finally:
+            await agen.aclose()
+            await st.admission.__aexit__(None, None, None)
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
+    question = next((m.text() for m in reversed(req.messages) if m.role == "user"), "")
+    check_question(st, question, "messages")
+    check_max_tokens(st, req.max_tokens, "max_tokens")
+    sampling = {k: v for k, v in (("max_tokens", req.max_tokens), ("temperature", req.temperature)) if v is not None}
+    await st.admission.__aenter__()
+    gen = pipe.astream(question, filters=req.filters, collection=req.collection, request_id=cid, **sampling)
+
+    def extra(a: Answer) -> dict:
+        return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
+                "refused": a.refused, "timings_ms": a.timings_ms}
+
+    if not req.stream:
+        answer = None
+        try:
+            async for item in gen:
+                if isinstance(item, Answer):
+                    answer = item
+        finally:
+            await st.admission.__aexit__(None, None, None)
+        usage = {"prompt_tokens": answer.tokens.get("prompt", 0), "completion_tokens": answer.tokens.get("completion", 0)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
+                             "finish_reason": answer.finish_reason or "stop"}],
+                "usage": usage, "rag": extra(answer)}
+
+    async def events():
+        obj = "chat.completion.chunk"
+        try:
+            yield _chunk(cid, model, obj, {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None})
+            async for item in gen:
+                if isinstance(item, Answer):
+                    body = {"id": cid, "object": obj, "created": int(time.time()), "model": model,
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": item.finish_reason or "stop"}],
+                            "rag": extra(item)}
+                    yield f"data: {json.dumps(body, ensure_ascii=False, default=str)}\n\n"
+                else:
+                    yield _chunk(cid, model, obj, {"index": 0, "delta": {"content": item}, "finish_reason": None})
+            yield "data: [DONE]\n\n"
+        finally:
+            await gen.aclose()
+            await st.admission.__aexit__(None, None, None)
+
+    return StreamingResponse(events(), media_type="text/event-stream")

@@ -1,0 +1,84 @@
+"""Request bodies. Unknown fields in our own API are errors (422 naming the field); the
+OpenAI-compatible bodies accept extras because real clients send fields we do not use."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Filters = dict[str, Any] | list[str] | None
+
+
+class AskOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    passages: bool = Field(True, description="include the passages given to the model")
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    seed: int | None = None
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1)
+    filters: Filters = None
+    collection: str | None = None
+    top_k: int | None = Field(None, ge=1, le=50)
+    stream: bool = False
+    options: AskOptions = Field(default_factory=AskOptions)
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1)
+    filters: Filters = None
+    collection: str | None = None
+    top_k: int | None = Field(None, ge=1, le=1000)
+    mode: Literal["bm25", "dense", "hybrid"] | None = None
+
+
+class DocumentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1)
+    title: str = ""
+    doc_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[\w.\-:/#@]+$")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    collection: str = Field("default", pattern=r"^[\w\-]{1,64}$")
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = ""
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(p.get("text", "") for p in self.content if isinstance(p, dict))
+        return self.content or ""
+
+
+class _OpenAIBase(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class ChatRequest(_OpenAIBase):
+    messages: list[ChatMessage] = Field(min_length=1)
+    response_format: dict[str, Any] | None = None
+    rag: bool = Field(False, description="answer the last user message from the index, with citations")
+    filters: Filters = None
+    collection: str | None = None
+
+
+class CompletionRequest(_OpenAIBase):
+    prompt: str | list[str]
+    echo: bool = False
