@@ -86,6 +86,9 @@ def _random_run_and_qrels(seed: int):
     return run, qrels
 
 
+# ranx compiles its numba kernels on first use (~1 CPU-minute on a fresh venv, then cached in
+# the venv: ~10 s), hence `slow`.
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_agrees_with_ranx_to_4_decimals(seed):
     ranx = pytest.importorskip("ranx", reason="ranx is the reference implementation")
