@@ -15,7 +15,10 @@ from functools import lru_cache
 from .config import AnalyzerConfig
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*)")
+_WORD = rf"[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|({_WORD})")
+_WORD_RE = re.compile(_WORD)
+_HAS_CJK = re.compile(rf"[{_CJK}]")
 
 ENGLISH_STOPWORDS = frozenset([
     "a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as",
@@ -60,11 +63,13 @@ class Analyzer:
         text = unicodedata.normalize("NFKC", text)
         if cfg.lowercase:
             text = text.lower()
+        if _HAS_CJK.search(text) is None:  # fast path: one C-level findall, no per-token branching
+            words = [w for w in _WORD_RE.findall(text) if w not in self._stop and len(w) >= cfg.min_token_len]
+            return self._stem.stemWords(words) if self._stem is not None and words else words
         out: list[str] = []
         words: list[str] = []
         word_pos: list[int] = []
-        for m in _TOKEN_RE.finditer(text):
-            cjk, word = m.group(1), m.group(2)
+        for cjk, word in _TOKEN_RE.findall(text):
             if cjk:
                 out.extend(self._cjk_terms(cjk))
             elif len(word) >= cfg.min_token_len and word not in self._stop:
@@ -72,7 +77,7 @@ class Analyzer:
                 out.append(word)
                 words.append(word)
         if self._stem is not None and words:
-            for pos, stemmed in zip(word_pos, self._stem.stemWords(words), strict=False):
+            for pos, stemmed in zip(word_pos, self._stem.stemWords(words), strict=True):
                 out[pos] = stemmed
         return out
 

@@ -70,7 +70,7 @@ class DenseIndex:
         want = self.cfg.index
         if want.startswith("ivf") and n < self.cfg.min_train_factor * self._nlist(n):
             return "flat"  # not enough vectors to train the coarse quantizer well yet
-        if want.startswith("ivf") and want == "ivf_pq" and n < 256 * self.cfg.min_train_factor:
+        if want == "ivf_pq" and n < (1 << self.cfg.pq_nbits) * self.cfg.min_train_factor:
             return "flat"
         return want
 

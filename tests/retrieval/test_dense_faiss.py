@@ -21,7 +21,8 @@ def data():
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf_flat", "ivf_pq"])
 def test_index_types_add_remove_filter_persist(kind, data, tmp_path):
     ids, x = data
-    cfg = DenseConfig(index=kind, min_train_factor=5, pq_m=8, ivf_nlist=32, hnsw_ef_search=16)
+    cfg = DenseConfig(index=kind, min_train_factor=5, pq_m=8, pq_nbits=6, ivf_nlist=32, hnsw_ef_search=16,
+                      hnsw_ef_construction=40)
     d = DenseIndex(32, cfg)
     d.add(ids[:100], x[:100])
     assert d.kind == "flat" or kind == "hnsw"  # IVF waits for enough training vectors
