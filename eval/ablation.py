@@ -15,13 +15,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from eval.answers import Mode, RefusalConfig
 from eval.cache import QueryCache
-from eval.datasets import config_hash
+from eval.datasets import QAItem, config_hash
 from eval.grid import Grid, Variant, slug
 from eval.metrics import DEFAULT_METRICS, Qrels
+from eval.qa_eval import evaluate_qa
 from eval.retrieval_eval import DEFAULT_KS, EvalResult, SearchFn, evaluate_retrieval
 
-MakeSearchFn = Callable[[dict[str, Any]], SearchFn]
+MakeSearchFn = Callable[[dict[str, Any]], SearchFn]  # also used for answer functions
 
 
 class _LazySearch:
@@ -42,10 +44,40 @@ class _LazySearch:
             close()
 
 
-def variant_cache(out_dir: str | Path, variant: Variant, fingerprint: str, depth: int) -> QueryCache:
-    """The cache of one variant; its key changes with the dataset, the overrides and the depth."""
-    key = config_hash({"dataset": fingerprint, "set": variant.set, "depth": depth})
-    return QueryCache(Path(out_dir) / "cache" / f"{slug(variant.name)}.jsonl", key)
+def variant_cache(out_dir: str | Path, variant: Variant, fingerprint: str, depth: int, kind: str = "retrieval") -> QueryCache:
+    """The cache of one variant; its key changes with the dataset, the overrides, the depth and
+    the kind of run (retrieval and QA records have different shapes)."""
+    key = config_hash({"kind": kind, "dataset": fingerprint, "set": variant.set, "depth": depth})
+    suffix = "" if kind == "retrieval" else f".{kind}"
+    return QueryCache(Path(out_dir) / "cache" / f"{slug(variant.name)}{suffix}.jsonl", key)
+
+
+EvaluateVariant = Callable[[Variant, Callable[[str], Any], QueryCache], EvalResult]
+
+
+def run_variants(
+    variants: Sequence[Variant],
+    factory: MakeSearchFn,
+    out_dir: str | Path,
+    evaluate_variant: EvaluateVariant,
+    cache_for: Callable[[Variant], QueryCache],
+    on_result: Callable[[EvalResult], None] | None = None,
+) -> list[EvalResult]:
+    """The shared loop: lazy factory per variant, its cache, results.json rewritten after each."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[EvalResult] = []
+    for v in variants:
+        fn = _LazySearch(factory, v.set)
+        try:
+            res = evaluate_variant(v, fn, cache_for(v))
+        finally:
+            fn.close()
+        results.append(res)
+        save_results(results, out / "results.json")
+        if on_result is not None:
+            on_result(res)
+    return results
 
 
 def run_ablation(
@@ -64,33 +96,48 @@ def run_ablation(
     to_doc_id: Callable[[str], str] | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
 ) -> list[EvalResult]:
-    """Evaluate every variant on the same queries; returns one `EvalResult` per variant.
+    """Evaluate the retrieval of every variant on the same queries; one `EvalResult` each.
 
     `out_dir/results.json` is rewritten after each variant, so finished rows survive a crash
     in a later one. `fingerprint` (see `datasets.dataset_fingerprint`) keys the caches: results
     of another dataset version are never reused.
     """
     variants = grid.expand() if isinstance(grid, Grid) else list(grid)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     depth = max(ks)
-    results: list[EvalResult] = []
-    for v in variants:
-        cache = variant_cache(out, v, fingerprint or dataset, depth)
-        search = _LazySearch(make_search_fn, v.set)
-        try:
-            res = evaluate_retrieval(
-                queries, qrels, search, ks, progress, cache,
-                dataset=dataset, split=split, config={"variant": v.name, "set": v.set},
-                name=v.name, metrics=metrics, to_doc_id=to_doc_id,
-            )
-        finally:
-            search.close()
-        results.append(res)
-        save_results(results, out / "results.json")
-        if on_result is not None:
-            on_result(res)
-    return results
+
+    def evaluate(v: Variant, fn: Callable[[str], Any], cache: QueryCache) -> EvalResult:
+        return evaluate_retrieval(queries, qrels, fn, ks, progress, cache, dataset=dataset, split=split,
+                                  config={"variant": v.name, "set": v.set}, name=v.name, metrics=metrics,
+                                  to_doc_id=to_doc_id)
+
+    return run_variants(variants, make_search_fn, out_dir, evaluate,
+                        lambda v: variant_cache(out_dir, v, fingerprint or dataset, depth), on_result)
+
+
+def run_qa_ablation(
+    grid: Grid | Sequence[Variant],
+    items: Sequence[QAItem],
+    make_answer_fn: MakeSearchFn,
+    out_dir: str | Path,
+    progress: bool = True,
+    *,
+    dataset: str = "",
+    split: str = "",
+    fingerprint: str = "",
+    mode: Mode = "auto",
+    refusal: RefusalConfig | None = None,
+    on_result: Callable[[EvalResult], None] | None = None,
+) -> list[EvalResult]:
+    """Like `run_ablation` for answers (variants such as +compression only show up here):
+    `make_answer_fn(overrides) -> answer_fn`, scored by `qa_eval.evaluate_qa`."""
+    variants = grid.expand() if isinstance(grid, Grid) else list(grid)
+
+    def evaluate(v: Variant, fn: Callable[[str], Any], cache: QueryCache) -> EvalResult:
+        return evaluate_qa(items, fn, mode=mode, refusal=refusal, progress=progress, cache=cache, dataset=dataset,
+                           split=split, config={"variant": v.name, "set": v.set}, name=v.name)
+
+    return run_variants(variants, make_answer_fn, out_dir, evaluate,
+                        lambda v: variant_cache(out_dir, v, fingerprint or dataset, 0, kind="qa"), on_result)
 
 
 def save_results(results: Sequence[EvalResult], path: str | Path) -> Path:

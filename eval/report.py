@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from eval.cost import TOTAL  # noqa: E402
 from eval.retrieval_eval import EvalResult  # noqa: E402
+from eval.significance import paired_test  # noqa: E402
 
 PREFERRED = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10",
              "em", "f1", "refusal_acc", "citation_precision", "citation_recall", "rgb_acc"]
@@ -98,7 +99,23 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def markdown_report(results: Sequence[EvalResult], title: str, images: dict[str, Path] | None = None) -> str:
+def significance(results: Sequence[EvalResult], metric: str) -> dict[str, dict[str, float]]:
+    """Each later variant against the first (the baseline): paired randomization test on `metric`."""
+    out: dict[str, dict[str, float]] = {}
+    base = results[0] if results else None
+    if base is None or not base.per_query:
+        return out
+    for r in results[1:]:
+        try:
+            out[_label(r)] = paired_test(base.per_query, r.per_query, metric)
+        except ValueError:  # no shared query carries the metric
+            continue
+    return out
+
+
+def markdown_report(
+    results: Sequence[EvalResult], title: str, images: dict[str, Path] | None = None, primary: str | None = None
+) -> str:
     cols = report_columns(results)
     lines = [f"# {title}", ""]
     if results:
@@ -122,6 +139,14 @@ def markdown_report(results: Sequence[EvalResult], title: str, images: dict[str,
     if results and cols:
         best = max(results, key=lambda r: r.metrics.get(cols[0], 0.0))
         lines += ["", f"Best on {cols[0]}: **{_label(best)}** ({best.metrics.get(cols[0], 0.0):.4f})."]
+        metric = primary or cols[0]
+        sig = significance(results, metric)
+        if sig:
+            lines += ["", f"## {metric} against {_label(results[0])} (paired randomization test)", "",
+                      "| variant | delta | 95% CI | p |", "|---|---:|---:|---:|"]
+            for name, t in sig.items():
+                lines.append(f"| {name} | {t['delta']:+.4f} | [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}] "
+                             f"| {t['p_value']:.4f} |")
     for caption, p in (images or {}).items():
         lines += ["", f"![{caption}]({p.name})"]
     return "\n".join(lines) + "\n"
@@ -149,9 +174,11 @@ def write_report(
         "latency by stage": plot_latency_breakdown(rows, out / "latency_breakdown.png"),
     }
     md = out / "report.md"
-    md.write_text(markdown_report(rows, title, images), encoding="utf-8")
+    md.write_text(markdown_report(rows, title, images, primary), encoding="utf-8")
     js = out / "report.json"
-    js.write_text(json.dumps([{"name": r.name, **r.to_dict()} for r in rows], indent=2, ensure_ascii=False) + "\n",
-                  encoding="utf-8")
+    sig = significance(rows, primary) if primary else {}
+    data = [{"name": r.name, **r.to_dict(), **({"vs_baseline": {primary: sig[_label(r)]}} if _label(r) in sig else {})}
+            for r in rows]
+    js.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return {"markdown": md, "json": js, **{k: v for k, v in zip(("bars", "scatter", "breakdown"),
                                                                 images.values(), strict=True)}}

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from eval.ablation import run_ablation
 from eval.datasets import load_beir
 from eval.grid import Grid, apply_overrides, load_grid
+from eval.report import write_report
 
 GRID_YAML = """
 base: {retrieval.k: 20}
@@ -87,6 +88,11 @@ def test_ablation_rows_and_resume_after_interruption(tiny_dataset, make_bm25, tm
     assert [r.metrics for r in fresh] == [r.metrics for r in results]
     rows = json.loads((out / "results.json").read_text())
     assert [r["name"] for r in rows] == ["bm25", "reversed"] and rows[1]["config"]["variant"] == "reversed"
+
+    paths = write_report(results, out / "report", title="ablation")
+    assert "against bm25 (paired randomization test)" in paths["markdown"].read_text()
+    vs = json.loads(paths["json"].read_text())[1]["vs_baseline"]["ndcg@10"]
+    assert vs["delta"] < 0 and vs["ci_high"] < 0
 
 
 def test_new_dataset_version_is_not_resumed(tiny_dataset, make_bm25, tmp_path):

@@ -4,9 +4,11 @@ import re
 
 import pytest
 
+from eval.ablation import run_qa_ablation
 from eval.answers import Cited
 from eval.cache import QueryCache
 from eval.datasets import CorpusDoc, QAItem, load_beir, load_corpus, load_qa
+from eval.grid import Grid
 from eval.qa_eval import QAOutput, evaluate_qa, normalise_answer_output, score_item
 from eval.qa_generate import QAGenConfig, build_prompt, generate_qa, parse_generation, write_qa_dataset
 from eval.retrieval_eval import evaluate_retrieval
@@ -50,6 +52,22 @@ def test_qa_eval_end_to_end_with_rag_answers(tiny_dataset, bm25_search, tmp_path
     again = evaluate_qa(items, make_answerer(bm25_search), progress=False,
                         cache=QueryCache(tmp_path / "qa.jsonl", "k"))
     assert again.executed == 0 and again.metrics == m
+
+
+def test_qa_ablation_rows(tiny_dataset, bm25_search, tmp_path):
+    items = load_qa(tiny_dataset, "dev")
+    grid = Grid.model_validate({"variants": [{"name": "answer", "set": {"min_score": 3.0}},
+                                             {"name": "always-refuse", "set": {"min_score": 1e9}}]})
+    built = []
+
+    def make(overrides):
+        built.append(overrides)
+        return make_answerer(bm25_search, overrides["min_score"])
+
+    rows = run_qa_ablation(grid, items, make, tmp_path, progress=False, dataset="tiny", split="dev")
+    assert [r.metrics["em"] for r in rows] == [1.0, 0.25] and rows[1].metrics["refusal_acc"] == 1.0
+    again = run_qa_ablation(grid, items, make, tmp_path, progress=False, dataset="tiny", split="dev")
+    assert len(built) == 2 and [r.executed for r in again] == [0, 0]
 
 
 def test_qa_scoring_rules():
