@@ -129,6 +129,7 @@ class LLMEngine:
         return bool(self.requests)
 
     # ---- stepping ---------------------------------------------------------------------
+    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         batch = self.scheduler.schedule()
         if batch.empty:

@@ -84,9 +84,13 @@ def greedy():
 def _no_leaked_blocks():
     """Block accounting invariant: once a test is done, no engine holds a KV block."""
     yield
+    problems = []
     for engine_llm in _ENGINES:
         eng = engine_llm.engine
-        assert not eng.requests, f"unfinished requests left: {list(eng.requests)}"
-        assert eng.bm.num_used == 0, f"{eng.bm.num_used} KV blocks still in use"
-        assert eng.bm.live_slots == 0
-        assert eng.bm.num_free == eng.bm.num_blocks
+        if eng.requests:
+            problems.append(f"unfinished requests left: {list(eng.requests)}")
+            for rid in list(eng.requests):
+                eng.abort(rid)  # clean up so one failure does not cascade into later tests
+        if eng.bm.num_used or eng.bm.live_slots or eng.bm.num_free != eng.bm.num_blocks:
+            problems.append(f"{eng.bm.num_used} KV blocks still in use")
+    assert not problems, problems

