@@ -22,9 +22,32 @@ _STOP = {
 }
 
 
+_NON_LATIN = re.compile(r"[\u0400-\u04ff\u0600-\u06ff\u1100-\u11ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+                        r"\uac00-\ud7af\uf900-\ufaff]")
+_STOP_LANGS: dict[str, list[str]] = {}
+for _lang, _words in _STOP.items():
+    for _w in _words:
+        _STOP_LANGS.setdefault(_w, []).append(_lang)
+
+
 def detect_language(text: str, sample: int = 2000) -> str:
     """ISO 639-1 guess: zh/ja/ko by CJK script share, ru/ar by script, en/fr/de/es by stop words."""
     s = text[:sample]
+    if _NON_LATIN.search(s):
+        scripted = _by_script(s)
+        if scripted is not None:
+            return scripted
+    elif not _LATIN.search(s):
+        return ""
+    votes = dict.fromkeys(_STOP, 0)
+    for w in _WORD.findall(s.lower()):
+        for lang in _STOP_LANGS.get(w, ()):
+            votes[lang] += 1
+    best = max(votes, key=lambda k: votes[k])
+    return best if votes[best] > 0 else "en"
+
+
+def _by_script(s: str) -> str | None:
     han = len(_HAN.findall(s))
     kana = len(_KANA.findall(s))
     hangul = len(_HANGUL.findall(s))
@@ -32,8 +55,6 @@ def detect_language(text: str, sample: int = 2000) -> str:
     arab = len(_ARAB.findall(s))
     latin = len(_LATIN.findall(s))
     letters = han + kana + hangul + cyr + arab + latin
-    if letters == 0:
-        return ""
     if (han + kana + hangul) / letters >= 0.2:
         if hangul > max(han, kana) * 0.5 and hangul >= kana:
             return "ko"
@@ -44,9 +65,4 @@ def detect_language(text: str, sample: int = 2000) -> str:
         return "ru"
     if arab / letters >= 0.5:
         return "ar"
-    words = _WORD.findall(s.lower())
-    if not words:
-        return "en"
-    scores = {lang: sum(w in stop for w in words) for lang, stop in _STOP.items()}
-    best = max(scores, key=lambda k: scores[k])
-    return best if scores[best] > 0 else "en"
+    return None

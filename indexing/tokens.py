@@ -6,6 +6,7 @@ included, so no chunk is silently cut at embedding time.
 
 from __future__ import annotations
 
+import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 
@@ -32,6 +33,30 @@ class DocTokens:
     def count_span(self, a: int, b: int) -> int:
         return max(0, bisect_right(self.ends, b) - bisect_left(self.starts, a))
 
+    def within(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Offsets of the tokens inside [a, b)."""
+        return self.offsets[bisect_left(self.starts, a) : bisect_right(self.ends, b)]
+
+
+def _splits_words(ch: str) -> bool:
+    """Characters BERT's pre-tokenizer always cuts around: whitespace, punctuation, CJK ideographs."""
+    if ch.isspace():
+        return True
+    o = ord(ch)
+    if 33 <= o <= 47 or 58 <= o <= 64 or 91 <= o <= 96 or 123 <= o <= 126:
+        return True
+    if 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x2FA1F:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def bert_boundary(text: str, pos: int) -> bool:
+    """True when BERT pre-tokenisation of the whole text has a word break at `pos`, so a chunk
+    cut there tokenises exactly as that part of the whole text did."""
+    if pos <= 0 or pos >= len(text):
+        return True
+    return _splits_words(text[pos - 1]) or _splits_words(text[pos])
+
 
 class TokenCounter:
     """Counts and locates tokens; `budget` is what a chunk may hold once [CLS]/[SEP] are added."""
@@ -42,6 +67,9 @@ class TokenCounter:
         self.max_tokens = max_tokens
         self.n_special = self.tok.num_special_tokens_to_add(False)
         self.budget = max_tokens - self.n_special
+        # WordPiece behind a BERT pre-tokenizer with a per-character normaliser: a span cut at word
+        # breaks has exactly the tokens the whole-text tokenisation gave it, no re-count needed.
+        self.exact_spans = type(self.tok.pre_tokenizer).__name__ == "BertPreTokenizer"
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
 
@@ -68,6 +96,9 @@ class TokenCounter:
 
     def doc_tokens_many(self, texts: list[str]) -> list[DocTokens]:
         return [DocTokens(o) for o in self.offsets_many(texts)]
+
+    def span_is_exact(self, text: str, a: int, b: int) -> bool:
+        return self.exact_spans and bert_boundary(text, a) and bert_boundary(text, b)
 
     def fits(self, text: str) -> bool:
         return self.count(text) <= self.budget

@@ -36,7 +36,10 @@ def build_chunkers(cfg: ChunkingConfig, counter: TokenCounter | None = None) -> 
 def chunk_documents(docs: list[Document], chunkers: list[Chunker]) -> list[list[Chunk]]:
     """All chunks of each document, every chunker's output concatenated (multi-granularity)."""
     out: list[list[Chunk]] = [[] for _ in docs]
+    # One tokenisation per batch, shared by every chunker using the same tokenizer.
+    shared = chunkers[0].counter.doc_tokens_many([d.text for d in docs]) if chunkers else None
     for ch in chunkers:
-        for acc, chunks in zip(out, ch.chunk_many(docs), strict=True):
+        tokens = shared if ch.counter is chunkers[0].counter else None
+        for acc, chunks in zip(out, ch.chunk_many(docs, tokens), strict=True):
             acc.extend(chunks)
     return out

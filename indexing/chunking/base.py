@@ -85,8 +85,9 @@ class Chunker(ABC):
     def chunk(self, doc: Document) -> list[Chunk]:
         """Chunks of one (cleaned) document."""
 
-    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
-        """Chunks of several documents; backends override this to batch tokenizer calls."""
+    def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
+        """Chunks of several documents; backends override this to batch tokenizer calls and reuse
+        `tokens` (whole-text token maps shared by all chunkers of a multi-granularity run)."""
         return [self.chunk(d) for d in docs]
 
     def enforce_limit(self, text: str, spans: list[Span], limit: int | None = None,
@@ -103,28 +104,41 @@ class Chunker(ABC):
         limit = self.limit if limit is None else limit
         stripped = [[strip_span(t, a, b) for a, b in sp] for t, sp in zip(texts, spans, strict=True)]
         stripped = [[(a, b) for a, b in sp if b > a] for sp in stripped]
-        suspects = [
-            (d, i) for d, sp in enumerate(stripped) for i, (a, b) in enumerate(sp)
-            if tokens is None or tokens[d].count_span(a, b) > limit - MARGIN
-        ]
+        suspects, over = [], set()
+        for d, sp in enumerate(stripped):
+            for i, (a, b) in enumerate(sp):
+                if tokens is None:
+                    suspects.append((d, i))
+                    continue
+                est = tokens[d].count_span(a, b)
+                if self.counter.span_is_exact(texts[d], a, b):
+                    if est > limit:
+                        over.add((d, i))
+                elif est > limit - MARGIN:
+                    suspects.append((d, i))
         counts = self.counter.count_many([texts[d][slice(*stripped[d][i])] for d, i in suspects])
-        over = {(d, i) for (d, i), n in zip(suspects, counts, strict=True) if n > limit}
+        over |= {(d, i) for (d, i), n in zip(suspects, counts, strict=True) if n > limit}
         if not over:
             return stripped
         return [
             [piece for i, (a, b) in enumerate(sp)
-             for piece in (self.split_to_fit(texts[d], a, b, limit) if (d, i) in over else [(a, b)])]
+             for piece in (self.split_to_fit(texts[d], a, b, limit, tokens[d] if tokens else None)
+                           if (d, i) in over else [(a, b)])]
             for d, sp in enumerate(stripped)
         ]
 
-    def split_to_fit(self, text: str, a: int, b: int, limit: int) -> list[Span]:
-        """Token windows over text[a:b], each verified alone and shrunk until it fits."""
+    def split_to_fit(self, text: str, a: int, b: int, limit: int, tokens: DocTokens | None = None) -> list[Span]:
+        """Token windows over text[a:b], each verified (or exact) and shrunk until it fits."""
+        if tokens is not None:
+            offsets = [(s - a, e - a) for s, e in tokens.within(a, b)]
+        else:
+            offsets = self.counter.offsets_many([text[a:b]])[0]
         piece = text[a:b]
-        offsets = self.counter.offsets_many([piece])[0]
         size = limit
         while True:
             spans = [(a + s, a + e) for s, e in token_windows(piece, offsets, size)]
-            if all(self.counter.count(text[s:e]) <= limit for s, e in spans):
+            check = [(s, e) for s, e in spans if not (tokens and self.counter.span_is_exact(text, s, e))]
+            if all(n <= limit for n in self.counter.count_many([text[s:e] for s, e in check])):
                 return spans
             size -= max(1, size // 16)  # word-piece effects at cut points: retry a bit smaller
             if size < 1:

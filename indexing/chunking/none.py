@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import NoneSpec
-from ..tokens import TokenCounter
+from ..tokens import DocTokens, TokenCounter
 from ..types import Chunk, Document
 from .base import Chunker, make_chunks
 
@@ -16,8 +16,8 @@ class WholeDocChunker(Chunker):
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
 
-    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+    def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
-        tokens = self.counter.doc_tokens_many(texts)
+        tokens = tokens or self.counter.doc_tokens_many(texts)
         spans = self.enforce_limits(texts, [[(0, len(t))] for t in texts], None, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

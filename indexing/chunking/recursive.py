@@ -108,9 +108,9 @@ class RecursiveChunker(Chunker):
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
 
-    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+    def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
-        tokens = self.counter.doc_tokens_many(texts)
+        tokens = tokens or self.counter.doc_tokens_many(texts)
         raw = [self.raw_spans(t, tk) for t, tk in zip(texts, tokens, strict=True)]
         spans = self.enforce_limits(texts, raw, self.size, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

@@ -27,9 +27,9 @@ class SlidingChunker(Chunker):
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
 
-    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
+    def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
-        tokens = self.counter.doc_tokens_many(texts)
+        tokens = tokens or self.counter.doc_tokens_many(texts)
         spans = self.enforce_limits(texts, [self.spans(d, t) for d, t in zip(docs, tokens, strict=True)],
                                     self.size, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

@@ -35,8 +35,8 @@ class SmallToBigChunker(Chunker):
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
 
-    def chunk_many(self, docs: list[Document]) -> list[list[Chunk]]:
-        tokens = self.counter.doc_tokens_many([d.text for d in docs])
+    def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
+        tokens = tokens or self.counter.doc_tokens_many([d.text for d in docs])
         if self.spec.mode == "sentence_window":
             return [self._sentence_window(d, t) for d, t in zip(docs, tokens, strict=True)]
         return [self._parent_child(d, t) for d, t in zip(docs, tokens, strict=True)]
