@@ -17,7 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from eval.cost import TOTAL  # noqa: E402
-from eval.retrieval_eval import EvalResult  # noqa: E402
+from eval.grid import slug  # noqa: E402
+from eval.retrieval_eval import EvalResult, save_per_query  # noqa: E402
 from eval.significance import paired_test  # noqa: E402
 
 PREFERRED = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10",
@@ -159,7 +160,8 @@ def write_report(
     primary: str | None = None,
     bar_metrics: Sequence[str] | None = None,
 ) -> dict[str, Path]:
-    """Write report.md, report.json and three PNG plots into `out_dir`; returns their paths."""
+    """Write report.md, report.json, three PNG plots and per_query/<variant>.jsonl into `out_dir`;
+    returns the paths of the first five."""
     rows = [results] if isinstance(results, EvalResult) else list(results)
     if not rows:
         raise ValueError("no results to report")
@@ -180,5 +182,8 @@ def write_report(
     data = [{"name": r.name, **r.to_dict(), **({"vs_baseline": {primary: sig[_label(r)]}} if _label(r) in sig else {})}
             for r in rows]
     js.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for r in rows:
+        if r.per_query:
+            save_per_query(r, out / "per_query" / f"{slug(_label(r))}.jsonl")
     return {"markdown": md, "json": js, **{k: v for k, v in zip(("bars", "scatter", "breakdown"),
                                                                 images.values(), strict=True)}}

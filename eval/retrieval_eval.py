@@ -96,6 +96,20 @@ class EvalResult:
         return path
 
 
+def save_per_query(result: EvalResult, path: str | Path, top: int = 10) -> Path:
+    """One JSON line per query: its metrics and its top documents, for error analysis
+    (which queries fail, and what was retrieved instead)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for qid, m in result.per_query.items():
+            row = {"qid": qid, **m}
+            if qid in result.rankings:
+                row["top"] = [[d, round(s, 6)] for d, s in result.rankings[qid][:top]]
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
 def evaluate_retrieval(
     queries: Mapping[str, str],
     qrels: Qrels,

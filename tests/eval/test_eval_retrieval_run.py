@@ -8,7 +8,7 @@ from eval.cache import QueryCache
 from eval.datasets import load_beir
 from eval.metrics import evaluate_run
 from eval.report import write_report
-from eval.retrieval_eval import evaluate_retrieval, format_table, normalise_output
+from eval.retrieval_eval import evaluate_retrieval, format_table, normalise_output, save_per_query
 from eval.trec import read_trec_run, write_trec_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -46,6 +46,9 @@ def test_end_to_end_retrieval_eval_json_trec_report(tiny_dataset, bm25_search, t
     for key in ("bars", "scatter", "breakdown"):
         assert paths[key].read_bytes()[:8] == PNG_MAGIC
     assert json.loads(paths["json"].read_text())[0]["name"] == "bm25"
+    assert len(list((tmp_path / "report" / "per_query").glob("bm25-*.jsonl"))) == 1
+    rows = [json.loads(x) for x in save_per_query(res, tmp_path / "pq.jsonl", top=2).read_text().splitlines()]
+    assert len(rows) == 9 and rows[0]["qid"] == "q1" and rows[0]["top"][0][0] == "paris" and "ndcg@10" in rows[0]
     table = format_table(res)
     assert "ndcg@10" in table.splitlines()[0] and "bm25" in table
 
