@@ -95,6 +95,7 @@ def run_ablation(
     metrics: Sequence[str] = DEFAULT_METRICS,
     to_doc_id: Callable[[str], str] | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
+    warmup: bool = True,
 ) -> list[EvalResult]:
     """Evaluate the retrieval of every variant on the same queries; one `EvalResult` each.
 
@@ -108,7 +109,7 @@ def run_ablation(
     def evaluate(v: Variant, fn: Callable[[str], Any], cache: QueryCache) -> EvalResult:
         return evaluate_retrieval(queries, qrels, fn, ks, progress, cache, dataset=dataset, split=split,
                                   config={"variant": v.name, "set": v.set}, name=v.name, metrics=metrics,
-                                  to_doc_id=to_doc_id)
+                                  to_doc_id=to_doc_id, warmup=warmup)
 
     return run_variants(variants, make_search_fn, out_dir, evaluate,
                         lambda v: variant_cache(out_dir, v, fingerprint or dataset, depth), on_result)
@@ -127,6 +128,7 @@ def run_qa_ablation(
     mode: Mode = "auto",
     refusal: RefusalConfig | None = None,
     on_result: Callable[[EvalResult], None] | None = None,
+    warmup: bool = True,
 ) -> list[EvalResult]:
     """Like `run_ablation` for answers (variants such as +compression only show up here):
     `make_answer_fn(overrides) -> answer_fn`, scored by `qa_eval.evaluate_qa`."""
@@ -134,7 +136,7 @@ def run_qa_ablation(
 
     def evaluate(v: Variant, fn: Callable[[str], Any], cache: QueryCache) -> EvalResult:
         return evaluate_qa(items, fn, mode=mode, refusal=refusal, progress=progress, cache=cache, dataset=dataset,
-                           split=split, config={"variant": v.name, "set": v.set}, name=v.name)
+                           split=split, config={"variant": v.name, "set": v.set}, name=v.name, warmup=warmup)
 
     return run_variants(variants, make_answer_fn, out_dir, evaluate,
                         lambda v: variant_cache(out_dir, v, fingerprint or dataset, 0, kind="qa"), on_result)

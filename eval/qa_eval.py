@@ -122,8 +122,9 @@ def evaluate_qa(
     split: str = "",
     config: Mapping[str, Any] | None = None,
     name: str = "",
+    warmup: bool = True,
 ) -> EvalResult:
-    """Answer every question and score it.
+    """Answer every question and score it (after one untimed warm-up answer when `warmup`).
 
     Metrics: `em`/`f1` over all questions (SQuAD v2 style), `has_ans_em`/`has_ans_f1` over the
     answerable ones, `refusal_acc` / `false_refusal`, `citation_precision`/`citation_recall` over
@@ -141,6 +142,8 @@ def evaluate_qa(
     bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not progress,
                desc=f"qa {name or dataset}".strip(), unit="q")
     try:
+        if warmup and todo:
+            answer_fn(todo[0].question)
         for it in todo:
             t0 = time.perf_counter()
             out = normalise_answer_output(answer_fn(it.question))

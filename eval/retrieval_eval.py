@@ -124,6 +124,7 @@ def evaluate_retrieval(
     name: str = "",
     metrics: Sequence[str] = DEFAULT_METRICS,
     to_doc_id: Callable[[str], str] | None = None,
+    warmup: bool = True,
 ) -> EvalResult:
     """Search every judged query, score document rankings at each k, summarise latency.
 
@@ -131,6 +132,7 @@ def evaluate_retrieval(
     queries already in it are not searched again and each new one is stored as soon as it
     finishes, so an interrupted evaluation resumes where it stopped. Latency per stage comes from
     the search function's timings; `total` is the wall time of the call unless it reports one.
+    With `warmup`, one untimed search runs first, so lazy model loading does not land in p95.
     """
     ks = sorted(set(int(k) for k in ks))
     keys = metric_keys(ks, metrics)
@@ -149,6 +151,8 @@ def evaluate_retrieval(
     bar = tqdm(total=len(qids), initial=len(qids) - len(todo), disable=not progress,
                desc=f"eval {name or dataset}".strip(), unit="q")
     try:
+        if warmup and todo:
+            search_fn(queries[todo[0]])
         for q in todo:
             t0 = time.perf_counter()
             raw = search_fn(queries[q])

@@ -49,6 +49,7 @@ def evaluate_rgb(
     dataset: str = "rgb",
     split: str = "",
     name: str = "",
+    warmup: bool = True,
 ) -> EvalResult:
     """Accuracy (`rgb_acc`), rejection rate (`rgb_reject`) and, for counterfactual runs, the
     share of answers that flag the factual error (`fact_detect`)."""
@@ -63,6 +64,8 @@ def evaluate_rgb(
     bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not progress,
                desc=f"rgb {name or dataset}".strip(), unit="q")
     try:
+        if warmup and todo:
+            answer_fn(todo[0].query, rgb_passages(todo[0], noise_rate, n_passages, seed))
         for it in todo:
             ctx = (counterfactual_passages(it, n_passages, seed) if counterfactual
                    else rgb_passages(it, noise_rate, n_passages, seed))

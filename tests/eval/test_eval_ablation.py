@@ -69,13 +69,13 @@ def test_ablation_rows_and_resume_after_interruption(tiny_dataset, make_bm25, tm
     factory.fail_after = 12  # all 9 queries of 'bm25', then 3 of 'reversed'
     with pytest.raises(KeyboardInterrupt):
         run_ablation(grid, ds.queries, ds.qrels, factory, out, ks=(1, 10), progress=False,
-                     dataset=ds.name, split="test", fingerprint=ds.fingerprint)
+                     dataset=ds.name, split="test", fingerprint=ds.fingerprint, warmup=False)
     assert len(factory.searched) == 12
     assert [r["name"] for r in json.loads((out / "results.json").read_text())] == ["bm25"]
 
     factory.fail_after, factory.searched, factory.builds = None, [], []
     results = run_ablation(grid, ds.queries, ds.qrels, factory, out, ks=(1, 10), progress=False,
-                           dataset=ds.name, split="test", fingerprint=ds.fingerprint)
+                           dataset=ds.name, split="test", fingerprint=ds.fingerprint, warmup=False)
     # Only the 6 missing queries of 'reversed' ran; 'bm25' was complete so it was not even built.
     assert len(factory.searched) == 6
     assert [b.get("retrieval.mode") for b in factory.builds] == ["reversed"]
@@ -84,7 +84,7 @@ def test_ablation_rows_and_resume_after_interruption(tiny_dataset, make_bm25, tm
 
     # The resumed numbers equal those of an uninterrupted run.
     fresh = run_ablation(grid, ds.queries, ds.qrels, Factory(make_bm25), tmp_path / "fresh", ks=(1, 10),
-                         progress=False, dataset=ds.name, split="test", fingerprint=ds.fingerprint)
+                         progress=False, dataset=ds.name, split="test", fingerprint=ds.fingerprint, warmup=False)
     assert [r.metrics for r in fresh] == [r.metrics for r in results]
     rows = json.loads((out / "results.json").read_text())
     assert [r["name"] for r in rows] == ["bm25", "reversed"] and rows[1]["config"]["variant"] == "reversed"
@@ -99,7 +99,7 @@ def test_new_dataset_version_is_not_resumed(tiny_dataset, make_bm25, tmp_path):
     ds = load_beir(tiny_dataset, "test")
     grid = [v for v in Grid.model_validate({"variants": [{"name": "bm25"}]}).expand()]
     f1 = Factory(make_bm25)
-    run_ablation(grid, ds.queries, ds.qrels, f1, tmp_path, ks=(10,), progress=False, fingerprint="v1")
+    run_ablation(grid, ds.queries, ds.qrels, f1, tmp_path, ks=(10,), progress=False, fingerprint="v1", warmup=False)
     f2 = Factory(make_bm25)
-    run_ablation(grid, ds.queries, ds.qrels, f2, tmp_path, ks=(10,), progress=False, fingerprint="v2")
+    run_ablation(grid, ds.queries, ds.qrels, f2, tmp_path, ks=(10,), progress=False, fingerprint="v2", warmup=False)
     assert len(f1.searched) == len(f2.searched) == 9

@@ -64,7 +64,7 @@ def test_qa_ablation_rows(tiny_dataset, bm25_search, tmp_path):
         built.append(overrides)
         return make_answerer(bm25_search, overrides["min_score"])
 
-    rows = run_qa_ablation(grid, items, make, tmp_path, progress=False, dataset="tiny", split="dev")
+    rows = run_qa_ablation(grid, items, make, tmp_path, progress=False, dataset="tiny", split="dev", warmup=False)
     assert [r.metrics["em"] for r in rows] == [1.0, 0.25] and rows[1].metrics["refusal_acc"] == 1.0
     again = run_qa_ablation(grid, items, make, tmp_path, progress=False, dataset="tiny", split="dev")
     assert len(built) == 2 and [r.executed for r in again] == [0, 0]

@@ -83,3 +83,21 @@ def test_cache_skips_done_queries_and_survives_torn_line(tiny_dataset, bm25_sear
     # Another key (other dataset version or config) must not reuse the results.
     other = QueryCache(path, "k2")
     assert len(other) == 0 and path.with_name("c.jsonl.stale").exists()
+
+
+def test_warmup_search_is_untimed(tiny_dataset, bm25_search):
+    ds = load_beir(tiny_dataset, "test")
+    calls = []
+
+    def search(q):
+        calls.append(q)
+        out = bm25_search(q)
+        out.timings_ms["load"] = 1000.0 if len(calls) == 1 else 0.0  # lazy load on the first call
+        return out
+
+    res = evaluate_retrieval(ds.queries, ds.qrels, search, ks=(10,), progress=False)
+    assert len(calls) == 10 and calls[0] == calls[1]
+    assert res.latency_ms["load"]["p95"] == 0.0 and res.executed == 9
+    calls.clear()
+    evaluate_retrieval(ds.queries, ds.qrels, search, ks=(10,), progress=False, warmup=False)
+    assert len(calls) == 9
