@@ -206,18 +206,20 @@ class Retriever:
         timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
         t = time.perf_counter()
         chunks = {c.int_id: c for c in self.store.get_chunks_by_int([i for i, _ in top], name)}
+        per_retriever: dict[str, dict[int, tuple[int, float]]] = {}
+        for rname, ranking in rankings.items():  # best (rank, score) per base retriever over query variants
+            best = per_retriever.setdefault(rname.split("@")[0], {})
+            for rank, (j, s) in enumerate(ranking, start=1):
+                if j not in best or rank < best[j][0]:
+                    best[j] = (rank, s)
         cands = []
         for i, score in top:
             if i not in chunks:
                 continue  # deleted from the store after the last sync
             cand = Candidate(chunk=chunks[i], score=float(score))
-            for rname, ranking in rankings.items():
-                base = rname.split("@")[0]
-                for rank, (j, s) in enumerate(ranking, start=1):
-                    if j == i:
-                        if base not in cand.ranks or rank < cand.ranks[base]:
-                            cand.ranks[base], cand.scores[base] = rank, float(s)
-                        break
+            for base, best in per_retriever.items():
+                if i in best:
+                    cand.ranks[base], cand.scores[base] = best[i][0], float(best[i][1])
             cands.append(cand)
         if s2b.enabled and s2b.expand_to_parent:
             cands = expand_to_parents(cands, self.store, name)[:k]
