@@ -135,6 +135,8 @@ class Cleaner:
         elif self.cfg.near_dedup == "simhash":
             self._near = SimHash(self.cfg.near_dedup_threshold, self.cfg.shingle_words)
         self.filters = [(spec, load_filter(spec)) for spec in self.cfg.filters]
+        self._pending: list[tuple[str, str]] = []
+        self._pending_chars = 0
 
     def clean_text(self, doc: Document) -> Document:
         """Normalisation only (no dedup state): what `rag chunk` shows for a single file."""
@@ -146,6 +148,11 @@ class Cleaner:
 
     def __call__(self, doc: Document) -> Document | None:
         """The cleaned document, or None when it is dropped (the reason is counted)."""
+        prepared = self.prepare(doc)
+        return None if prepared is None else self.check_near(prepared)
+
+    def prepare(self, doc: Document) -> Document | None:
+        """Normalise, then drop empty, user-filtered and exact-duplicate documents."""
         doc = self.clean_text(doc)
         if len(doc.text.strip()) < max(1, self.cfg.min_chars):
             return self._drop("empty" if not doc.text.strip() else "too_short")
@@ -161,12 +168,37 @@ class Cleaner:
             if first != doc.doc_id:
                 self.duplicate_of[doc.doc_id] = first
                 return self._drop("exact_duplicate")
-        if self._near is not None:
-            first = self._near.check_add(doc.doc_id, doc.text)
-            if first is not None and first != doc.doc_id:
-                self.duplicate_of[doc.doc_id] = first
-                return self._drop("near_duplicate")
         return doc
+
+    def check_near(self, doc: Document) -> Document | None:
+        """Drop `doc` if it nearly duplicates a document seen before it, else remember it."""
+        if self._near is None:
+            return doc
+        self._flush()
+        first = self._near.check_add(doc.doc_id, doc.text)
+        if first is not None and first != doc.doc_id:
+            self.duplicate_of[doc.doc_id] = first
+            return self._drop("near_duplicate")
+        return doc
+
+    def remember(self, doc: Document) -> None:
+        """Note an already stored, unchanged document for later near-duplicate checks.
+
+        Signatures are computed lazily, only once a new document needs comparing, so re-ingesting
+        an unchanged corpus pays nothing for near-dedup (memory stays bounded by flushing).
+        """
+        if self._near is None:
+            return
+        self._pending.append((doc.doc_id, doc.text))
+        self._pending_chars += len(doc.text)
+        if self._pending_chars > 64_000_000:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._near is not None
+        for doc_id, text in self._pending:
+            self._near.check_add(doc_id, text)
+        self._pending, self._pending_chars = [], 0
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1

@@ -15,7 +15,6 @@ from collections import defaultdict
 import numpy as np
 
 _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]|\w+")
-_P31 = np.uint64((1 << 31) - 1)
 
 
 def normalized_key(text: str) -> str:
@@ -23,13 +22,37 @@ def normalized_key(text: str) -> str:
     return hashlib.blake2b(" ".join(text.lower().split()).encode("utf-8"), digest_size=16).hexdigest()
 
 
+_TOKEN_HASH: dict[str, int] = {}
+_M = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _token_hashes(tokens: list[str]) -> np.ndarray:
+    """crc32 of each token (memoised: corpora reuse a small vocabulary)."""
+    cache = _TOKEN_HASH
+    if len(cache) > 2_000_000:
+        cache.clear()
+    out = np.empty(len(tokens), dtype=np.uint64)
+    for i, t in enumerate(tokens):
+        h = cache.get(t)
+        if h is None:
+            h = cache[t] = zlib.crc32(t.encode("utf-8"))
+        out[i] = h
+    return out
+
+
 def shingle_hashes(text: str, k: int) -> np.ndarray:
-    """32-bit hashes of the distinct k-token shingles (stable across processes, unlike hash())."""
+    """Distinct 32-bit hashes of the k-token shingles, stable across processes (unlike hash()),
+    so the same corpus always drops the same documents."""
     toks = _TOKEN.findall(text.lower())
     if not toks:
         return np.zeros(0, dtype=np.uint64)
-    grams = {" ".join(toks[i : i + k]) for i in range(max(1, len(toks) - k + 1))}
-    return np.unique(np.fromiter((zlib.crc32(g.encode("utf-8")) for g in grams), dtype=np.uint64, count=len(grams)))
+    t = _token_hashes(toks)
+    k = min(k, len(t))
+    h = t[: len(t) - k + 1].copy()
+    with np.errstate(over="ignore"):
+        for j in range(1, k):
+            h = (h * _M) ^ t[j : len(t) - k + 1 + j]
+    return np.unique(h >> np.uint64(32))
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -54,8 +77,9 @@ class MinHashLSH:
 
     def __init__(self, threshold: float = 0.9, num_perm: int = 128, shingle: int = 3, seed: int = 1):
         rng = np.random.default_rng(seed)
-        self.a = rng.integers(1, int(_P31), size=num_perm, dtype=np.uint64)
-        self.b = rng.integers(0, int(_P31), size=num_perm, dtype=np.uint64)
+        # Multiply-shift hashing (odd 64-bit multipliers, wrapping arithmetic): one permutation each.
+        self.a = rng.integers(1, 2**63, size=num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        self.b = rng.integers(0, 2**63, size=num_perm, dtype=np.uint64)
         self.threshold, self.shingle = threshold, shingle
         self.bands, self.rows = self._bands(threshold, num_perm)
         self.buckets: dict[tuple[int, bytes], list[int]] = defaultdict(list)
@@ -73,8 +97,9 @@ class MinHashLSH:
     def signature(self, text: str) -> np.ndarray:
         x = shingle_hashes(text, self.shingle)
         if x.size == 0:
-            return np.full(self.a.shape, int(_P31), dtype=np.uint64)
-        return ((np.outer(x, self.a) + self.b) % _P31).min(axis=0)
+            return np.full(self.a.shape, np.iinfo(np.uint64).max, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            return ((np.outer(x, self.a) + self.b) >> np.uint64(32)).min(axis=0)
 
     def check_add(self, doc_id: str, text: str) -> str | None:
         """Id of an earlier near-duplicate of `text`, or None after remembering it as new."""

@@ -69,12 +69,18 @@ class Ingestor:
                     report.failed.append(Failure(item.path, item.reason))
                     continue
                 t = time.perf_counter()
-                doc = cleaner(item)
+                doc = cleaner.prepare(item)
                 report.timings["clean"] += time.perf_counter() - t
                 if doc is None:
                     continue
                 if self.store.is_current(doc, collection, self.fingerprint):
                     report.unchanged += 1
+                    cleaner.remember(doc)
+                    continue
+                t = time.perf_counter()
+                doc = cleaner.check_near(doc)
+                report.timings["clean"] += time.perf_counter() - t
+                if doc is None:
                     continue
                 pending.append(doc)
                 if len(pending) >= self.cfg.batch_size:

@@ -121,6 +121,11 @@ def test_duplicates_dropped_and_counted(tmp_path: Path, en_text: str):
                                                 progress=False)
     assert r.new == 1 and r.dropped == {"exact_duplicate": 1, "near_duplicate": 1}
     assert "exact_duplicate=1" in r.summary()
+    # Next run: a is unchanged (never re-chunked), a new near-copy is still caught against it.
+    (tmp_path / "d.txt").write_text((en_text * 3).replace("generation", "generating"), encoding="utf-8")
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        r = Ingestor(store, small_cfg("minhash")).ingest([tmp_path / "a.txt", tmp_path / "d.txt"], progress=False)
+    assert (r.new, r.unchanged) == (0, 1) and r.dropped == {"near_duplicate": 1}
 
 
 def test_preview_does_not_touch_the_store(tmp_path: Path, corpus: Path):
