@@ -56,9 +56,11 @@ def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = Tru
     return Pipeline(cfg, store=store, retriever=retriever)
 
 
-def search_fn(pipe: Pipeline, depth: int) -> Any:
+def search_fn(pipe: Pipeline, depth: int, oversample: int = 3) -> Any:
+    """Chunks collapse to documents, so ask for `oversample`x more chunks than documents scored."""
+
     def run(query: str):
-        return pipe.search(query, k=depth)
+        return pipe.search(query, k=depth * oversample)
 
     run.close = pipe.close  # type: ignore[attr-defined]
     return run
