@@ -11,6 +11,7 @@ plus the fused score. `search_many` embeds all queries in one batch (for evaluat
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -42,6 +43,7 @@ class Retriever:
         self._cache_path = Path(cache_path) if cache_path else self.index_root.parent / "embeddings.sqlite"
         self.analyzer = Analyzer(cfg.bm25.analyzer)
         self._indexes: dict[str, CollectionIndex] = {}
+        self._lock = threading.RLock()  # a server thread may search while another syncs
         self.router = Router(cfg.collections, cfg.router, self.embedder, llm_router)
 
     @classmethod
@@ -65,6 +67,10 @@ class Retriever:
         return [c.name for c in self.cfg.collections] or [self.cfg.default_collection]
 
     def index(self, collection: str) -> CollectionIndex:
+        with self._lock:
+            return self._index(collection)
+
+    def _index(self, collection: str) -> CollectionIndex:
         ci = self._indexes.get(collection)
         if ci is None:
             ci = self._indexes[collection] = CollectionIndex(self.index_root, collection, self.cfg,
@@ -80,23 +86,21 @@ class Retriever:
 
     def sync(self, collection: str | None = None) -> dict[str, dict[str, int]]:
         """Add missing / remove stale chunks in the indexes of one collection (or all)."""
-        names = [collection] if collection else self.collection_names()
-        out = {}
-        for name in names:
-            ci = self._indexes.get(name) or CollectionIndex(self.index_root, name, self.cfg, self.embedder,
-                                                            self.analyzer)
-            self._indexes[name] = ci
-            out[name] = ci.sync(self.store)
-        return out
+        return self._sync_all(collection, rebuild=False)
 
     def reindex(self, collection: str | None = None) -> dict[str, dict[str, int]]:
         """Rebuild from the store, ignoring what is on disk (the fix for IndexMismatchError)."""
-        names = [collection] if collection else self.collection_names()
+        return self._sync_all(collection, rebuild=True)
+
+    def _sync_all(self, collection: str | None, rebuild: bool) -> dict[str, dict[str, int]]:
         out = {}
-        for name in names:
-            ci = self._indexes[name] = CollectionIndex(self.index_root, name, self.cfg, self.embedder,
-                                                       self.analyzer)
-            out[name] = ci.sync(self.store, rebuild=True)
+        for name in [collection] if collection else self.collection_names():
+            with self._lock:
+                ci = self._indexes.get(name)
+                if ci is None or rebuild:
+                    ci = self._indexes[name] = CollectionIndex(self.index_root, name, self.cfg, self.embedder,
+                                                               self.analyzer)
+                out[name] = ci.sync(self.store, rebuild=rebuild)
         return out
 
     # ---- search -------------------------------------------------------------------------------
