@@ -26,7 +26,8 @@ from .types import Chunk, Document
 class Ingestor:
     """Turns paths into stored chunks according to an IndexingConfig."""
 
-    def __init__(self, store: DocumentStore, cfg: IndexingConfig | None = None):
+    def __init__(self, store: DocumentStore | None, cfg: IndexingConfig | None = None):
+        """`store` may be None for `preview` (nothing is written)."""
         self.store = store
         self.cfg = cfg or IndexingConfig()
         self.fingerprint = self.cfg.chunking.fingerprint()
@@ -50,6 +51,8 @@ class Ingestor:
 
     def ingest(self, paths: Iterable[str | Path], collection: str = "default", progress: bool = True
                ) -> IngestReport:
+        if self.store is None:
+            raise ValueError("Ingestor.ingest needs a DocumentStore")
         report = IngestReport(collection=collection)
         cleaner = Cleaner(self.cfg.cleaning)
         t0 = time.perf_counter()
