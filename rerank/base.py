@@ -1,0 +1,81 @@
+"""Reranker interface: score (query, passage) pairs, reorder candidates, cut by threshold/top_n.
+
+Backends only implement `score`; ordering, depth, threshold and top_n live here once, so every
+backend behaves the same in the pipeline and can be swapped by config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from retrieval.types import Candidate
+
+from .config import RerankerConfig
+
+
+def passage_text(c: Candidate) -> str:
+    """What the reranker reads: the title helps (SciFact titles carry the claim's key terms)."""
+    ch = c.chunk
+    if ch.title and not ch.text.startswith(ch.title):
+        return f"{ch.title}\n{ch.text}"
+    return ch.text
+
+
+class Reranker(ABC):
+    type: str = ""
+
+    def __init__(self, cfg: RerankerConfig, **_: object):
+        self.cfg = cfg
+
+    @abstractmethod
+    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """Relevance of each passage to the query, higher is better (batched by `cfg.batch_size`)."""
+
+    def rank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        """The first `cfg.depth` candidates reordered by rerank score (ties keep retrieval order).
+
+        Candidates beyond `depth` are dropped: the reranker only vouches for what it scored, and
+        their retrieval scores are on another scale. The retrieval score and rank are kept in
+        `scores["retrieval"]` / `ranks["retrieval"]` so results stay explainable.
+        """
+        head = list(candidates)[: self.cfg.depth]
+        if not head:
+            return []
+        scores = np.asarray(self.score(query, [passage_text(c) for c in head]), dtype=np.float64)
+        order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+        out: list[Candidate] = []
+        for new_rank, i in enumerate(order, 1):
+            c, s = head[i], float(scores[i])
+            if self.cfg.threshold is not None and s < self.cfg.threshold:
+                continue
+            out.append(dataclasses.replace(
+                c, score=s,
+                scores={**c.scores, "retrieval": float(c.score), "rerank": s},
+                ranks={**c.ranks, "retrieval": i + 1, "rerank": new_rank}))
+        n = top_n if top_n is not None else self.cfg.top_n
+        return out[:n] if n is not None else out
+
+    def to_config(self) -> dict[str, Any]:
+        return self.cfg.model_dump(mode="json")
+
+
+def batched(items: Sequence, size: int):
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+RERANKERS: dict[str, Callable[..., Reranker]] = {}
+
+
+def register(kind: str):
+    def deco(factory):
+        RERANKERS[kind] = factory
+        factory.type = kind
+        return factory
+
+    return deco

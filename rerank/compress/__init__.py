@@ -1,0 +1,22 @@
+"""Prompt compressors chosen by `CompressorConfig.type`: off, llmlingua, engine."""
+
+from __future__ import annotations
+
+from ..config import CompressorConfig
+from .base import CompressionResult, Compressor, NoCompressor
+
+
+def build(cfg: CompressorConfig, engine=None, model=None) -> Compressor:
+    """`model`: a (tokenizer, causal LM) pair to share with the engine compressor."""
+    if cfg.type == "off":
+        return NoCompressor(cfg)
+    if cfg.type == "llmlingua":
+        from .llmlingua import LLMLinguaCompressor
+
+        return LLMLinguaCompressor(cfg)
+    from .engine import EngineCompressor
+
+    return EngineCompressor(cfg, model=model)
+
+
+__all__ = ["CompressionResult", "Compressor", "NoCompressor", "build"]

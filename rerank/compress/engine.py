@@ -1,0 +1,101 @@
+"""`type: engine`: our own selective-context compressor from causal-LM token log-probabilities.
+
+A token the model predicts with high probability carries little information and can go; a
+surprising one is kept. One forward pass per context over "context + question" gives both the
+token surprisals and, question-aware, log P(question | context), which ranks the contexts: the
+budget is split so that contexts that explain the question keep more of their tokens (the
+LongLLMLingua idea without its iterative passes). Markers and forced tokens are always kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import CompressorConfig
+from .base import DYNAMIC_RATIO, MARKER_RE, Compressor, split_budget
+from .lm import load_causal_lm
+
+
+class EngineCompressor(Compressor):
+    type = "engine"
+
+    def __init__(self, cfg: CompressorConfig, model=None, **_: object):
+        super().__init__(cfg)
+        self.tok, self.model = model if model is not None else load_causal_lm(cfg.model, cfg.device)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tok(text, add_special_tokens=False).input_ids)
+
+    def _score(self, context_ids: list[int], question_ids: list[int]) -> tuple[np.ndarray, float]:
+        """Surprisal of every context token and the mean log-prob of the question after it."""
+        import torch
+
+        bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
+        ids = bos + context_ids + question_ids
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
+        lp = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+        off = len(bos) - 1  # lp[j] is log p(ids[j+1]); context token i sits at ids[len(bos)+i]
+        ctx = lp[off : off + len(context_ids)] if off >= 0 else np.concatenate([[0.0], lp[: len(context_ids) - 1]])
+        q = lp[off + len(context_ids):] if question_ids else np.zeros(0)
+        return -ctx, float(q.mean()) if len(q) else 0.0
+
+    def _forced(self, text: str, enc) -> np.ndarray:
+        forced = np.zeros(len(enc.input_ids), dtype=bool)
+        spans = [m.span() for m in MARKER_RE.finditer(text)] if self.cfg.keep_markers else []
+        words = {w for w in self.cfg.force_tokens if w}
+        for i, (s, e) in enumerate(enc.offset_mapping):
+            piece = text[s:e]
+            if any(s < me and e > ms for ms, me in spans) or (piece.strip() or piece) in words \
+                    or (self.cfg.keep_numbers and any(ch.isdigit() for ch in piece)):
+                forced[i] = True
+        return forced
+
+    def _compress(self, question: str, contexts: list[str]) -> tuple[list[str], list[int]]:
+        encs = [self.tok(c, add_special_tokens=False, return_offsets_mapping=True) for c in contexts]
+        q_ids = self.tok("\nQuestion: " + question, add_special_tokens=False).input_ids \
+            if (question and self.cfg.question_aware) else []
+        scored = [self._score(e.input_ids, q_ids) for e in encs]
+        lens = [len(e.input_ids) for e in encs]
+        order = [int(i) for i in np.argsort([-r for _, r in scored], kind="stable")]
+        dynamic = DYNAMIC_RATIO if self.cfg.question_aware else 0.0
+        shares = split_budget(lens, order, min(self.budget(sum(lens)), sum(lens)), dynamic)
+        out = []
+        for text, enc, (surprisal, _), share in zip(contexts, encs, scored, shares, strict=True):
+            keep = self._select(text, enc, surprisal, share)
+            ids = [t for t, k in zip(enc.input_ids, keep, strict=True) if k]
+            out.append(self.tok.decode(ids).strip() if ids else "")
+        return out, [i for i, o in enumerate(out) if not o]
+
+    def _select(self, text: str, enc, surprisal: np.ndarray, share: int) -> np.ndarray:
+        """Keep whole words (a number split into digit tokens stays whole), the most surprising
+        first by mean token surprisal, until the share is used; forced words always."""
+        words = _word_ids(text, enc.offset_mapping)
+        forced_tok = self._forced(text, enc)
+        n_words = int(words.max()) + 1 if len(words) else 0
+        cost = np.bincount(words, minlength=n_words)
+        score = np.bincount(words, weights=surprisal, minlength=n_words) / np.maximum(cost, 1)
+        forced = np.bincount(words, weights=forced_tok, minlength=n_words) > 0
+        keep_word = forced.copy()
+        free = share - int(cost[forced].sum())
+        for w in np.argsort(-score, kind="stable"):
+            if free <= 0:
+                break
+            if not keep_word[w] and cost[w] <= free:
+                keep_word[w] = True
+                free -= int(cost[w])
+        return keep_word[words]
+
+
+def _word_ids(text: str, offsets) -> np.ndarray:
+    """Word index of every token: a word starts at whitespace or at a letters/punctuation switch."""
+    ids, w, prev_end = [], -1, 0
+    for s, e in offsets:
+        piece = text[s:e]
+        first = piece[:1]
+        starts = (w < 0 or not first or first.isspace() or s > prev_end
+                  or (first.isalnum() != (text[s - 1:s].isalnum() if s else False)))
+        w += 1 if starts else 0
+        ids.append(w)
+        prev_end = e
+    return np.asarray(ids, dtype=np.int64)

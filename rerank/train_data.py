@@ -1,0 +1,82 @@
+"""Training examples from BEIR folders: positives from qrels, hard negatives from our retriever.
+
+Shared by the cross-encoder trainer (labelled pairs) and the embedder trainer (triplets), so both
+models see the same queries and the same mined negatives.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .beir import guard_split, load_beir
+from .mining import CorpusRetriever, mine_negatives
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Example:
+    query: str
+    positive: str
+    negatives: list[str]
+
+
+def mine_examples(folders: Sequence[str | Path], split: str = "train", negatives: int = 3,
+                  mode: str = "hybrid", embedder=None, seed: int = 42, pool: int = 30,
+                  max_queries: int | None = None) -> list[Example]:
+    """One example per (query, positive) with `negatives` sampled from the retriever's top `pool`."""
+    out: list[Example] = []
+    for folder in folders:
+        guard_split(folder, split)
+        data = load_beir(folder, split, max_queries=max_queries)
+        ids, texts = list(data.corpus), list(data.corpus.values())
+        use = mode if embedder is not None else "bm25"
+        retriever = CorpusRetriever(ids, texts, embedder=embedder if use != "bm25" else None)
+        run = retriever.search_many(data.queries, k=pool + 10, mode=use)
+        negs = mine_negatives(run, data.qrels, negatives, seed=seed, pool=pool)
+        _top_up(negs, data.qrels, ids, negatives, seed)
+        before = len(out)
+        for qid in sorted(data.queries):
+            for pos in data.positives(qid):
+                if negs.get(qid):
+                    out.append(Example(data.queries[qid], data.corpus[pos], [data.corpus[d] for d in negs[qid]]))
+        log.info("%s/%s: %d examples (%s negatives)", data.name, split, len(out) - before, use)
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def _top_up(negs: dict[str, list[str]], qrels: dict[str, dict[str, int]], ids: list[str], n: int,
+            seed: int) -> None:
+    """Small corpora: a query sharing no term with other documents still gets random negatives."""
+    rng = random.Random(seed)
+    for qid, lst in negs.items():
+        if len(lst) >= n:
+            continue
+        taken = set(lst) | set(qrels.get(qid, {}))
+        rest = [d for d in ids if d not in taken]
+        lst.extend(rng.sample(rest, min(n - len(lst), len(rest))))
+
+
+def as_pairs(examples: Sequence[Example]) -> dict[str, list]:
+    """Cross-encoder columns: every positive and every negative as a labelled pair."""
+    cols: dict[str, list] = {"query": [], "passage": [], "label": []}
+    for ex in examples:
+        for text, label in [(ex.positive, 1.0)] + [(n, 0.0) for n in ex.negatives]:
+            cols["query"].append(ex.query)
+            cols["passage"].append(text)
+            cols["label"].append(label)
+    return cols
+
+
+def as_triplets(examples: Sequence[Example]) -> dict[str, list]:
+    """Embedder columns (anchor, positive, negative): MNRL adds the in-batch negatives itself."""
+    cols: dict[str, list] = {"anchor": [], "positive": [], "negative": []}
+    for ex in examples:
+        cols["anchor"].append(ex.query)
+        cols["positive"].append(ex.positive)
+        cols["negative"].append(ex.negatives[0])
+    return cols

@@ -1,0 +1,103 @@
+"""Reranker behaviour on hand-built cases: order, threshold, top_n, depth, batching, config."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rerank_fixtures import DOCS, candidates
+
+from rerank import RerankerConfig, build_reranker
+
+EN_QUERY = "Which planet is the largest in our solar system?"
+EN_PASSAGES = [
+    "Bananas are rich in potassium and easy to digest.",
+    "The stock market closed higher on Friday after strong earnings.",
+    "Jupiter is the largest planet in the solar system, more than twice as massive as all others combined.",
+    "Mount Everest is the highest mountain above sea level.",
+]
+ZH_QUERY = "大熊猫吃什么？"
+ZH_PASSAGES = [
+    "上海是中国最大的城市之一，也是重要的金融中心。",
+    "大熊猫主要以竹子为食，每天要吃十几公斤竹子。",
+    "长城是古代修建的军事防御工程。",
+]
+
+
+def test_bi_encoder_orders_english(minilm_embedder, no_network):
+    r = build_reranker({"type": "bi-encoder"}, embedder=minilm_embedder)
+    ranked = r.rank(EN_QUERY, candidates(EN_PASSAGES))
+    assert ranked[0].text == EN_PASSAGES[2]
+    assert [c.score for c in ranked] == sorted((c.score for c in ranked), reverse=True)
+    top = ranked[0]
+    assert top.ranks["retrieval"] == 3 and top.ranks["rerank"] == 1
+    assert top.scores["rerank"] == top.score and top.scores["bm25"] == pytest.approx(0.98)
+
+
+def test_bi_encoder_orders_chinese(minilm_embedder):
+    r = build_reranker({"type": "bi-encoder"}, embedder=minilm_embedder)
+    assert r.rank(ZH_QUERY, candidates(ZH_PASSAGES))[0].text == ZH_PASSAGES[1]
+
+
+def test_threshold_top_n_and_depth(minilm_embedder):
+    cands = candidates(EN_PASSAGES)
+    full = build_reranker({"type": "bi-encoder"}, embedder=minilm_embedder).rank(EN_QUERY, cands)
+    cut = (full[0].score + full[1].score) / 2
+    r = build_reranker({"type": "bi-encoder", "threshold": cut}, embedder=minilm_embedder)
+    assert [c.chunk_id for c in r.rank(EN_QUERY, cands)] == [full[0].chunk_id]
+    r = build_reranker({"type": "bi-encoder", "top_n": 2}, embedder=minilm_embedder)
+    assert [c.chunk_id for c in r.rank(EN_QUERY, cands)] == [c.chunk_id for c in full[:2]]
+    assert len(r.rank(EN_QUERY, cands, top_n=3)) == 3  # the call overrides the config
+    r = build_reranker({"type": "bi-encoder", "depth": 2}, embedder=minilm_embedder)
+    assert {c.chunk_id for c in r.rank(EN_QUERY, cands)} == {"c0", "c1"}  # only the top 2 are reranked
+    assert r.rank(EN_QUERY, []) == []
+
+
+def test_none_keeps_retrieval_order():
+    r = build_reranker({"type": "none", "top_n": 3})
+    assert [c.chunk_id for c in r.rank(EN_QUERY, candidates(EN_PASSAGES))] == ["c0", "c1", "c2"]
+
+
+def test_config_round_trip_and_strictness(minilm_embedder):
+    r = build_reranker({"type": "bi-encoder", "top_n": 5, "depth": 20}, embedder=minilm_embedder)
+    cfg = r.to_config()
+    assert cfg["top_n"] == 5 and cfg["depth"] == 20 and cfg["type"] == "bi-encoder"
+    assert build_reranker(cfg, embedder=minilm_embedder).to_config() == cfg
+    with pytest.raises(ValueError, match="extra"):
+        RerankerConfig.model_validate({"type": "cross-encoder", "topn": 3})
+
+
+def test_missing_local_model_says_how_to_build_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="make reranker"):
+        build_reranker({"type": "cross-encoder", "model": str(tmp_path / "nope")})
+
+
+def test_trained_cross_encoder_orders_training_queries(tiny_cross_encoder):
+    path, _ = tiny_cross_encoder
+    r = build_reranker({"type": "cross-encoder", "model": str(path), "max_length": 64})
+    passages = [f"{title}\n{text}" for _, title, text, _, _ in DOCS]
+    hits = 0
+    for i, (_, _, _, query, _) in enumerate(DOCS):
+        hits += int(np.argmax(r.score(query, passages)) == i)
+    assert hits >= len(DOCS) - 2, f"gold passage first for only {hits}/{len(DOCS)} queries"
+
+
+def test_trained_cross_encoder_hand_built_cases(tiny_cross_encoder):
+    path, _ = tiny_cross_encoder
+    r = build_reranker({"type": "cross-encoder", "model": str(path), "max_length": 64})
+    ranked = r.rank("what is the largest planet", candidates(
+        [DOCS[1][2], DOCS[4][2], DOCS[7][2]], [DOCS[1][1], DOCS[4][1], DOCS[7][1]]))
+    assert ranked[0].chunk.title == "Jupiter"
+    ranked = r.rank("大熊猫吃竹子吗", candidates([DOCS[8][2], DOCS[9][2], DOCS[10][2]]))
+    assert ranked[0].text == DOCS[9][2]
+
+
+def test_batching_equals_unbatched(tiny_cross_encoder, minilm_embedder):
+    path, _ = tiny_cross_encoder
+    passages = [f"{title}\n{text}" for _, title, text, _, _ in DOCS]
+    one = build_reranker({"type": "cross-encoder", "model": str(path), "batch_size": 1, "max_length": 64})
+    many = build_reranker({"type": "cross-encoder", "model": str(path), "batch_size": 8, "max_length": 64})
+    np.testing.assert_allclose(one.score("honey bees", passages), many.score("honey bees", passages), atol=1e-5)
+    bi = build_reranker({"type": "bi-encoder"}, embedder=minilm_embedder)
+    whole = bi.score("honey bees", passages)
+    split = np.concatenate([bi.score("honey bees", passages[:5]), bi.score("honey bees", passages[5:])])
+    np.testing.assert_allclose(whole, split, atol=1e-5)
