@@ -59,6 +59,42 @@ class JsonAutomaton:
         return state == () or (state is not None and len(state) == 1 and state[0][0] == "N"
                                and self._num_done(state[0]))
 
+    def completion(self, state: State) -> str:
+        """The shortest text that completes the document from `state` (used to close in time)."""
+        out = []
+        for frame in reversed(state):
+            kind = frame[0]
+            if kind == "L":
+                out.append(frame[1][frame[2]:])
+            elif kind == "S":
+                out.append('n"' if frame[3] else '"')
+            elif kind == "E":
+                values = [v for v in self._schemas[frame[1]]["values"] if v.startswith(frame[2])]
+                out.append(min(values, key=len)[len(frame[2]):] + '"')
+            elif kind == "N":
+                out.append("" if self._num_done(frame) else "0")
+            elif kind == "V":
+                out.append(self._min_value(frame[1]))
+            elif kind == "A":
+                node = self._schemas[frame[1]]
+                missing = max(0, node["min"] - frame[2])
+                out.append("," * bool(missing) + ",".join([self._min_value(node["items"])] * missing) + "]")
+            elif kind == "O":
+                node = self._schemas[frame[1]]
+                rest = range(frame[2] + 1, len(node["keys"]))
+                out.append("".join(f',"{node["keys"][i]}":{self._min_value(node["props"][i])}' for i in rest) + "}")
+        return "".join(out)
+
+    def _min_value(self, sid: int) -> str:
+        node = self._schemas[sid]
+        t = node["type"]
+        if t == "object":
+            return "{" + ",".join(f'"{k}":{self._min_value(v)}' for k, v in zip(node["keys"], node["props"])) + "}"
+        if t == "array":
+            return "[" + ",".join([self._min_value(node["items"])] * node["min"]) + "]"
+        return {"string": '""', "integer": "0", "number": "0", "boolean": "true", "null": "null"}.get(
+            t, '"' + min(node.get("values", [""]), key=len) + '"')
+
     def feed(self, state: State | None, text: str) -> State | None:
         for ch in text:
             if state is None:

@@ -73,7 +73,8 @@ class JsonSchemaLogitsProcessor:
 
     _mask_cache: dict[tuple, torch.Tensor] = {}
 
-    def __init__(self, schema: dict[str, Any] | str, tokenizer: Any, eos_token_id: int | list[int] | None = None):
+    def __init__(self, schema: dict[str, Any] | str, tokenizer: Any, eos_token_id: int | list[int] | None = None,
+                 max_tokens: int | None = None):
         self.schema = json.loads(schema) if isinstance(schema, str) else schema
         self.automaton = JsonAutomaton(self.schema)
         self.vocab = _vocab(tokenizer)
@@ -82,6 +83,9 @@ class JsonSchemaLogitsProcessor:
         self._key = json.dumps(self.schema, sort_keys=True) + f"#{id(tokenizer)}"
         self._consumed = 0
         self._state: State | None = self.automaton.start
+        # With a token budget, the document is closed in time: once the shortest completion no
+        # longer fits comfortably, only tokens that spell it are allowed.
+        self.max_tokens = max_tokens
 
     def _advance(self, token_ids: list[int]) -> None:
         for tid in token_ids[self._consumed :]:
@@ -122,11 +126,28 @@ class JsonSchemaLogitsProcessor:
         self._mask_cache[key] = mask
         return mask
 
+    def _closing_tokens(self, closing: str) -> list[int]:
+        """Tokens that are a non-empty prefix of the closing text (found by walking the trie)."""
+        out, node = [], self.vocab.trie
+        for ch in closing:
+            node = node.get(ch)
+            if node is None:
+                break
+            out += node.get(None, [])
+        return out
+
     def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
         self._advance(list(token_ids))
         state = self._state
         n = logits.shape[-1]
         full = torch.zeros(n, dtype=torch.bool, device=logits.device)
+        if state is not None and self.max_tokens is not None and not self.automaton.is_complete(state):
+            closing = self.automaton.completion(state)
+            if self.max_tokens - len(token_ids) <= len(closing) + 1:
+                for tid in self._closing_tokens(closing):
+                    if tid < n:
+                        full[tid] = True
+                return logits.masked_fill(~full, float("-inf")) if bool(full.any()) else logits
         if state is not None:
             m = self.allowed(state)
             k = min(n, m.shape[0])

@@ -65,6 +65,8 @@ def register(sub) -> None:
     e.add_argument("--max-length", type=int, default=256)
     e.add_argument("--max-queries", type=int)
     e.add_argument("--cache", help="JSONL of reranker scores per query (resumes an interrupted run)")
+    e.add_argument("--fuse", type=float, default=0.5,
+                   help="also report a reciprocal-rank blend of reranker and retriever order with this weight")
     e.set_defaults(func=run_eval)
 
 
@@ -80,7 +82,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     from rerank import build_reranker
     from rerank.beir import load_beir
-    from rerank.evaluate import report, rerank_run, retrieval_runs
+    from rerank.evaluate import fuse_ranks, report, rerank_run, retrieval_runs
     from retrieval.embeddings import make_embedder
 
     cfg = config_from(args)
@@ -90,7 +92,10 @@ def run_eval(args: argparse.Namespace) -> int:
     reranker = build_reranker({"type": args.type, "model": args.model, "depth": args.depth,
                                "max_length": args.max_length}, embedder=emb)
     runs["hybrid+rerank"], secs = rerank_run(data, runs["hybrid"], reranker, args.depth, args.cache)
+    if args.fuse:
+        runs[f"hybrid+rerank(rrf w={args.fuse})"] = fuse_ranks(runs["hybrid"], runs["hybrid+rerank"], args.fuse)
     scores = report(data, runs)
     print(json.dumps({"dataset": Path(args.dataset).name, "split": args.split, "queries": len(data.queries),
-                      "depth": args.depth, "ndcg@10": scores, "rerank_s": round(secs, 1)}, indent=2))
+                      "depth": args.depth, "ndcg@10": scores, "rerank_s": round(secs, 1),
+                      "pairs_per_s": round(len(data.queries) * args.depth / secs, 1) if secs else None}, indent=2))
     return 0

@@ -16,7 +16,7 @@ from .config import QueryConfig
 from .keywords import entity_filters, extract_entities, load_synonyms, synonyms_for
 
 _LIST = {"type": "object", "properties": {"queries": {"type": "array", "minItems": 1, "maxItems": 8,
-                                                      "items": {"type": "string", "maxLength": 200}}}}
+                                                      "items": {"type": "string", "maxLength": 120}}}}
 _TERMS = {"type": "object", "properties": {"terms": {"type": "array", "minItems": 1, "maxItems": 16,
                                                     "items": {"type": "string", "maxLength": 40}}}}
 
@@ -107,7 +107,7 @@ class QueryPlanner:
             messages = [{"role": "system", "content": self.cfg.system},
                         {"role": "user", "content": f"{call.instruction}\n\nQuestion: {question}"}]
             prompts.append(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-            procs = [JsonSchemaLogitsProcessor(call.schema, tok)] if call.schema else []
+            procs = [JsonSchemaLogitsProcessor(call.schema, tok, max_tokens=call.max_tokens)] if call.schema else []
             params.append(SamplingParams(temperature=0.0, max_tokens=call.max_tokens, logits_processors=procs))
         outs = self.llm.generate(prompts, params)
         return {call.name: out.text.strip() for call, out in zip(calls, outs)}

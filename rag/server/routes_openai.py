@@ -41,8 +41,11 @@ def _params(st, req, tokenizer, default_max: int = 256) -> Any:
                 raise bad("response_format.json_schema.schema", str(e)) from None
         elif kind != "text":
             raise bad("response_format.type", f"{kind!r} is not supported; use 'json_schema' or 'text'")
+    max_tokens = max_tokens or min(default_max, st.server.max_tokens_limit)
+    for proc in procs:
+        proc.max_tokens = max_tokens  # close the JSON before the budget runs out
     return SamplingParams(
-        max_tokens=max_tokens or min(default_max, st.server.max_tokens_limit),
+        max_tokens=max_tokens,
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=req.top_p or 1.0, stop=stop, seed=req.seed,
         presence_penalty=req.presence_penalty or 0.0, frequency_penalty=req.frequency_penalty or 0.0,

@@ -87,3 +87,22 @@ def test_eos_only_when_complete(tokenizer):
     proc2 = JsonSchemaLogitsProcessor({"type": "array", "items": {"type": "integer"}}, tokenizer)
     logits = proc2(done, torch.zeros(len(tokenizer)))
     assert torch.isfinite(logits).sum() == 1 and logits[tokenizer.eos_token_id] == 0
+
+
+def test_budget_closes_the_document_in_time(tokenizer):
+    schema = {"type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"},
+                                                          "minItems": 1}}}
+    a = JsonAutomaton(schema)
+    state = a.feed(a.start, '{"queries":["abc')
+    assert a.completion(state) == '"]}'
+    assert a.completion(a.start) == '{"queries":[""]}'
+    for budget in (12, 20, 40):
+        proc = JsonSchemaLogitsProcessor(schema, tokenizer, max_tokens=budget)
+        g = torch.Generator().manual_seed(budget)
+        ids: list[int] = []
+        while len(ids) < budget:
+            nxt = int(torch.argmax(proc(ids, torch.randn(len(tokenizer), generator=g))))
+            if nxt == tokenizer.eos_token_id:
+                break
+            ids.append(nxt)
+        assert json.loads(tokenizer.decode(ids))["queries"]
