@@ -52,7 +52,9 @@ class LLMEngine:
         self.kv_bytes = num_blocks * per_block
         self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens)
-        self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8)
+        self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8,
+                                  use_cuda_graphs=not config.enforce_eager, max_num_seqs=config.max_num_seqs,
+                                  max_model_len=self.max_model_len)
         self.requests: dict[str, RequestState] = {}
         self.total_prompt_tokens = 0
         self.total_generated_tokens = 0

@@ -16,14 +16,24 @@ from inference.scheduler import ScheduledBatch
 
 class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype, device: str,
-                 int8_kv: bool) -> None:
+                 int8_kv: bool, use_cuda_graphs: bool = False, max_num_seqs: int = 64,
+                 max_model_len: int = 4096) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
         self.num_layers = len(model.layers)
-        self.caches = kv_cache.allocate(self.num_layers, num_blocks, block_size, model.num_kv_heads,
-                                        model.head_dim, dtype, device, int8_kv)
+        self.graphs = None
+        use_cuda_graphs = use_cuda_graphs and device.startswith("cuda") and not int8_kv and _triton_ok()
+        # one extra scratch block (never handed out) absorbs K/V writes of CUDA-graph padding rows
+        self.caches = kv_cache.allocate(self.num_layers, num_blocks + int(use_cuda_graphs), block_size,
+                                        model.num_kv_heads, model.head_dim, dtype, device, int8_kv)
         model.set_kv_caches(self.caches)
+        if use_cuda_graphs:
+            from inference.cuda_graph import DecodeGraphs
+
+            self.graphs = DecodeGraphs(model, max_num_seqs, -(-max_model_len // block_size), num_blocks,
+                                       block_size, device)
+            self.graphs.capture()
         self._arange = torch.arange(block_size, device=device)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
@@ -97,7 +107,9 @@ class ModelRunner:
         """Returns logits [num_rows_with_logits, vocab] (float32, CPU) and which batch entries
         they belong to (index into batch.seqs)."""
         input_ids, positions, meta, rows = self.prepare(batch)
-        hidden = self.model(input_ids, positions, meta)
+        hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None else None
+        if hidden is None:
+            hidden = self.model(input_ids, positions, meta)
         wanted = set(rows)
         owners = []
         r = 0
@@ -109,3 +121,9 @@ class ModelRunner:
             return torch.empty(0), owners
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
         return logits.float().cpu(), owners
+
+
+def _triton_ok() -> bool:
+    from inference.layers.cuda_attention import _triton_forward, select_backend
+
+    return select_backend() is _triton_forward

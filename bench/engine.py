@@ -1,0 +1,180 @@
+"""Engine benchmark on a RAG-shaped workload, against HF transformers in the same process.
+
+Workload: N requests (64, or 16 with --quick) = one shared ~1,000-token system prompt + 300-600
+tokens of per-request context + a question; 64 greedy output tokens each; SmolLM2-135M fp32 CPU.
+Reports (1) throughput vs HF `generate` with padded static batches on the same token ids,
+(2) TTFT of a cached-system-prompt request vs prefix caching disabled, (3) KV memory efficiency
+(bytes holding live tokens / bytes of blocks held, at peak). `--json OUT` writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from inference import LLM, SamplingParams  # noqa: E402
+
+WORDS = ("retrieval index passage citation answer context model token cache block memory query rank "
+         "document chunk vector sparse dense fusion score prompt system user policy evidence source "
+         "paragraph section table figure claim summary detail method result river mountain city "
+         "energy market history science law health travel music sport weather ocean forest").split()
+
+
+def text(rng: random.Random, n_words: int) -> str:
+    out = []
+    for i in range(n_words):
+        out.append(rng.choice(WORDS))
+        if i % 14 == 13:
+            out.append(".")
+    return " ".join(out)
+
+
+def workload(tok, n: int, seed: int = 0) -> tuple[list[int], list[list[int]]]:
+    rng = random.Random(seed)
+    system = tok.encode("You are a retrieval-augmented assistant. Rules: " + text(rng, 1200))[:1000]
+    prompts = []
+    for i in range(n):
+        ctx = tok.encode(f"\n\nContext {i}: " + text(rng, 700))[: rng.randint(300, 600)]
+        q = tok.encode(f"\nQuestion {i}: what does the context say about {rng.choice(WORDS)}?\nAnswer:")
+        prompts.append(system + ctx + q)
+    return system, prompts
+
+
+def run_engine(llm: LLM, prompts: list[list[int]], max_new: int) -> tuple[float, list]:
+    sp = SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True)
+    t = time.perf_counter()
+    outs = llm.generate(prompts, sp)
+    return time.perf_counter() - t, outs
+
+
+def run_hf(model, prompts: list[list[int]], max_new: int, batch: int, pad_id: int) -> float:
+    t = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        group = prompts[i:i + batch]
+        width = max(len(p) for p in group)
+        ids = torch.full((len(group), width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for j, p in enumerate(group):  # left padding, as HF decoder-only batching requires
+            ids[j, width - len(p):] = torch.tensor(p)
+            mask[j, width - len(p):] = 1
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
+                           do_sample=False, pad_token_id=pad_id)
+    return time.perf_counter() - t
+
+
+def ttft(llm: LLM, prompt: list[int], caching: bool, reps: int = 3) -> float:
+    bm = llm.engine.bm
+    old = bm.caching
+    bm.caching = caching
+    try:
+        vals = []
+        for r in range(reps):
+            p = prompt + [prompt[-1 - r]]  # differ in the tail so only the system prompt is shared
+            out = llm.generate([p], SamplingParams(temperature=0.0, max_tokens=1))[0]
+            vals.append(out.metrics.ttft)
+        return statistics.median(vals)
+    finally:
+        bm.caching = old
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a quarter of the workload (16 requests)")
+    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--hf-batch", type=int, default=8, help="static batch size of the HF peer")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", type=str, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    n = args.requests or (16 if args.quick else 64)
+
+    llm = LLM("smollm2", dtype="float32", device="cpu", max_num_seqs=64, max_num_batched_tokens=2048,
+              kv_cache_memory=2.0)
+    tok = llm.tokenizer
+    system, prompts = workload(tok, n)
+    prompt_tokens = sum(len(p) for p in prompts)
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=torch.float32).eval()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+    # warm-up both paths on a tiny input, then start from a cold prefix cache
+    llm.generate([prompts[0][:64]], SamplingParams(temperature=0.0, max_tokens=4))
+    run_hf(hf, [prompts[0][:64]], 4, 1, pad)
+    llm.clear_prefix_cache()
+
+    e_time, outs = run_engine(llm, prompts, args.max_new)
+    stats = llm.stats()
+    gen = sum(len(o.token_ids) for o in outs)
+    h_time = run_hf(hf, prompts, args.max_new, args.hf_batch, pad)
+    hf_gen = n * args.max_new
+
+    q = system + tok.encode("\n\nQuestion: summarise the rules above in one sentence, citing the "
+                            "relevant section, and list the three most important points briefly.\nAnswer:")
+    t_cached = ttft(llm, q, caching=True)
+    t_cold = ttft(llm, q, caching=False)
+
+    res = {
+        "requests": n,
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": gen,
+        "engine_s": e_time,
+        "hf_s": h_time,
+        "engine_tok_s": gen / e_time,
+        "hf_tok_s": hf_gen / h_time,
+        "engine_total_tok_s": (prompt_tokens + gen) / e_time,
+        "hf_total_tok_s": (prompt_tokens + hf_gen) / h_time,
+        "throughput_ratio_vs_hf": (gen / e_time) / (hf_gen / h_time),
+        "ttft_cached_s": t_cached,
+        "ttft_uncached_s": t_cold,
+        "ttft_ratio_cached": t_cold / t_cached,
+        "kv_efficiency": stats["kv_efficiency_at_peak"],
+        "peak_kv_blocks": stats["peak_kv_blocks_used"],
+        "prefix_cache_hit_rate": stats["prefix_cache_hit_rate"],
+        "preemptions": stats["preemptions"],
+        "hf_batch": args.hf_batch,
+        "threads": torch.get_num_threads(),
+        "llama_cpp": "not installed" if _no_llama_cpp() else "installed (not run)",
+    }
+    rows = [
+        ("generated tok/s", f"{res['engine_tok_s']:.1f}", f"{res['hf_tok_s']:.1f}",
+         f"{res['throughput_ratio_vs_hf']:.2f}x"),
+        ("total tok/s", f"{res['engine_total_tok_s']:.1f}", f"{res['hf_total_tok_s']:.1f}",
+         f"{res['engine_total_tok_s'] / res['hf_total_tok_s']:.2f}x"),
+        ("TTFT cached vs no-cache (s)", f"{t_cached:.3f}", f"{t_cold:.3f}", f"{res['ttft_ratio_cached']:.1f}x"),
+        ("KV efficiency at peak", f"{res['kv_efficiency']:.4f}", "", ""),
+        ("prefix-cache hit rate", f"{res['prefix_cache_hit_rate']:.3f}", "", ""),
+    ]
+    print(f"{n} requests, {prompt_tokens} prompt tokens, {args.max_new} new tokens each, "
+          f"{res['threads']} threads, HF batch {args.hf_batch}")
+    print(f"{'metric':32} {'engine':>12} {'peer':>12} {'ratio':>8}")
+    for r in rows:
+        print(f"{r[0]:32} {r[1]:>12} {r[2]:>12} {r[3]:>8}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2))
+
+
+def _no_llama_cpp() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is None
+
+
+if __name__ == "__main__":
+    main()
