@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +53,39 @@ def pipeline(corpus_dir, tmp_path_factory):
     pipe.retriever.sync("default")
     yield pipe
     pipe.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server(pipeline):
+    """uvicorn on 127.0.0.1 in a thread, serving the session pipeline; yields (base URL, app)."""
+    import httpx
+    import uvicorn
+
+    from rag.server.app import create_app
+
+    cfg = pipeline.cfg.model_copy(deep=True)
+    cfg.server.max_body_bytes = 64 * 1024
+    app = create_app(cfg, pipeline=pipeline, load_in_background=False)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + "/ready", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    else:
+        pytest.fail("server did not become ready")
+    yield base, app
+    srv.should_exit = True
+    th.join(timeout=20)

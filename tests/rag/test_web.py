@@ -1,0 +1,83 @@
+"""The chat page in real headless Chromium, driven over the W3C WebDriver protocol (chromedriver).
+
+Needs Debian's `chromium` and `chromium-driver` (`make test` installs them when it can).
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("chromium") and shutil.which("chromedriver")),
+    reason="Debian packages chromium and chromium-driver are not installed",
+)
+
+
+@pytest.fixture()
+def browser(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wd = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(wd + "/status", timeout=1).json()["value"]["ready"]:
+                    break
+            except (httpx.HTTPError, KeyError, ValueError):
+                time.sleep(0.1)
+        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome",
+                                                 "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}}
+        sid = httpx.post(wd + "/session", json=caps, timeout=60).json()["value"]["sessionId"]
+        yield f"{wd}/session/{sid}"
+        httpx.delete(f"{wd}/session/{sid}", timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _find(session: str, css: str) -> str:
+    return httpx.post(session + "/element", json={"using": "css selector", "value": css}).json()["value"][ELEMENT]
+
+
+def _js(session: str, script: str):
+    return httpx.post(session + "/execute/sync", json={"script": script, "args": []}, timeout=30).json()["value"]
+
+
+def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_path):
+    base, _ = server
+    httpx.post(browser + "/url", json={"url": base + "/"}, timeout=30)
+    q = _find(browser, "#q")
+    httpx.post(f"{browser}/element/{q}/value", json={"text": "What is the capital city of Zarnovia?"})
+    httpx.post(f"{browser}/element/{_find(browser, '#send')}/click", json={})
+    deadline = time.time() + 180
+    while time.time() < deadline and not _js(browser, "return document.querySelector('.meta')?.textContent"):
+        time.sleep(0.3)
+    answer = _js(browser, "return document.querySelector('.a').textContent")
+    assert "Velmora" in answer
+    sources = _js(browser, "return [...document.querySelectorAll('.sources li')].map(li => li.textContent)")
+    assert sources and any("Zarnovia" in s for s in sources)
+    cites = _js(browser, "return document.querySelectorAll('.cite').length")
+    if cites:  # the model wrote markers: clicking one highlights its source
+        _js(browser, "document.querySelector('.cite').click()")
+        assert _js(browser, "return document.querySelectorAll('.sources li.active').length") == 1
+    else:
+        assert any("(cited)" in s for s in sources)
+    png = base64.b64decode(httpx.get(browser + "/screenshot", timeout=30).json()["value"])
+    (tmp_path / "page.png").write_bytes(png)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
