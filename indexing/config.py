@@ -161,6 +161,9 @@ class ChunkingConfig(_Strict):
     tokenizer: str = "minilm"
     # Embedder hard limit including special tokens ([CLS]/[SEP]); all-MiniLM-L6-v2 truncates at 256.
     max_tokens: int = Field(256, ge=16)
+    # The retriever embeds "title\ntext" (retrieval.text.indexed_text): keep room for the title so
+    # title + chunk still fits max_tokens. Chunks only shrink when chunk size + title would not fit.
+    reserve_title: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> ChunkingConfig:

@@ -30,7 +30,8 @@ def token_counter(cfg: ChunkingConfig) -> TokenCounter:
 
 def build_chunkers(cfg: ChunkingConfig, counter: TokenCounter | None = None) -> list[Chunker]:
     counter = counter or token_counter(cfg)
-    return [CHUNKERS[spec.type](spec, counter) for spec in cfg.chunkers]  # type: ignore[arg-type]
+    return [CHUNKERS[spec.type](spec, counter, reserve_title=cfg.reserve_title)  # type: ignore[call-arg]
+            for spec in cfg.chunkers]
 
 
 def chunk_documents(docs: list[Document], chunkers: list[Chunker]) -> list[list[Chunk]]:

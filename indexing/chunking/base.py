@@ -18,6 +18,8 @@ from .windows import token_windows
 Span = tuple[int, int]
 # Estimated counts this close to the limit are verified by re-tokenising the chunk alone.
 MARGIN = 16
+# Smallest chunk a very long title can squeeze a chunk down to (beyond that the title itself is cut).
+MIN_SIZE = 32
 
 
 def strip_span(text: str, a: int, b: int) -> Span:
@@ -76,10 +78,19 @@ class Chunker(ABC):
 
     granularity: str = "default"
 
-    def __init__(self, counter: TokenCounter, limit: int | None = None):
+    def __init__(self, counter: TokenCounter, limit: int | None = None, reserve_title: bool = False):
         self.counter = counter
         # Content tokens allowed per chunk: the embedder budget unless a caller (parents) says so.
         self.limit = counter.budget if limit is None else limit
+        self.reserve_title = reserve_title
+
+    def size_for(self, doc: Document, size: int) -> int:
+        """Content tokens for this document's chunks: `size`, less what the title takes when the
+        retriever prepends it ("title\ntext") and the two would not fit the embedder together."""
+        if not self.reserve_title or not doc.title:
+            return size
+        room = self.counter.budget - self.counter.count(doc.title) - 1
+        return max(MIN_SIZE, min(size, room))
 
     @abstractmethod
     def chunk(self, doc: Document) -> list[Chunk]:
@@ -94,7 +105,7 @@ class Chunker(ABC):
                       tokens: DocTokens | None = None) -> list[Span]:
         return self.enforce_limits([text], [spans], limit, [tokens] if tokens else None)[0]
 
-    def enforce_limits(self, texts: list[str], spans: list[list[Span]], limit: int | None = None,
+    def enforce_limits(self, texts: list[str], spans: list[list[Span]], limit: int | list[int] | None = None,
                        tokens: list[DocTokens] | None = None) -> list[list[Span]]:
         """Strip spans and re-split any whose real token count (re-tokenised alone) is over the limit.
 
@@ -102,6 +113,7 @@ class Chunker(ABC):
         (in one batched call); the rest are provably far enough below it.
         """
         limit = self.limit if limit is None else limit
+        limits = limit if isinstance(limit, list) else [limit] * len(texts)
         stripped = [[strip_span(t, a, b) for a, b in sp] for t, sp in zip(texts, spans, strict=True)]
         stripped = [[(a, b) for a, b in sp if b > a] for sp in stripped]
         suspects, over = [], set()
@@ -112,17 +124,17 @@ class Chunker(ABC):
                     continue
                 est = tokens[d].count_span(a, b)
                 if self.counter.span_is_exact(texts[d], a, b):
-                    if est > limit:
+                    if est > limits[d]:
                         over.add((d, i))
-                elif est > limit - MARGIN:
+                elif est > limits[d] - MARGIN:
                     suspects.append((d, i))
         counts = self.counter.count_many([texts[d][slice(*stripped[d][i])] for d, i in suspects])
-        over |= {(d, i) for (d, i), n in zip(suspects, counts, strict=True) if n > limit}
+        over |= {(d, i) for (d, i), n in zip(suspects, counts, strict=True) if n > limits[d]}
         if not over:
             return stripped
         return [
             [piece for i, (a, b) in enumerate(sp)
-             for piece in (self.split_to_fit(texts[d], a, b, limit, tokens[d] if tokens else None)
+             for piece in (self.split_to_fit(texts[d], a, b, limits[d], tokens[d] if tokens else None)
                            if (d, i) in over else [(a, b)])]
             for d, sp in enumerate(stripped)
         ]

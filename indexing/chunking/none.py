@@ -9,8 +9,9 @@ from .base import Chunker, make_chunks
 
 
 class WholeDocChunker(Chunker):
-    def __init__(self, spec: NoneSpec, counter: TokenCounter, limit: int | None = None):
-        super().__init__(counter, limit)
+    def __init__(self, spec: NoneSpec, counter: TokenCounter, limit: int | None = None,
+                 reserve_title: bool = False):
+        super().__init__(counter, limit, reserve_title)
         self.granularity = spec.granularity
 
     def chunk(self, doc: Document) -> list[Chunk]:
@@ -19,5 +20,6 @@ class WholeDocChunker(Chunker):
     def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
         tokens = tokens or self.counter.doc_tokens_many(texts)
-        spans = self.enforce_limits(texts, [[(0, len(t))] for t in texts], None, tokens)
+        limits = [self.size_for(d, self.limit) for d in docs]
+        spans = self.enforce_limits(texts, [[(0, len(t))] for t in texts], limits, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

@@ -21,8 +21,9 @@ from .sentences import RECURSIVE_SEPARATORS
 
 
 class RecursiveChunker(Chunker):
-    def __init__(self, spec: RecursiveSpec, counter: TokenCounter, limit: int | None = None):
-        super().__init__(counter, limit)
+    def __init__(self, spec: RecursiveSpec, counter: TokenCounter, limit: int | None = None,
+                 reserve_title: bool = False):
+        super().__init__(counter, limit, reserve_title)
         self.spec = spec
         self.granularity = spec.granularity
         self.size = min(spec.chunk_size, self.limit)
@@ -31,10 +32,11 @@ class RecursiveChunker(Chunker):
         self.separators = spec.separators or RECURSIVE_SEPARATORS
         self.regex = spec.separators_are_regex if spec.separators else True
 
-    def splitter(self, length: Callable[[str], int]) -> RecursiveCharacterTextSplitter:
+    def splitter(self, length: Callable[[str], int], size: int | None = None) -> RecursiveCharacterTextSplitter:
+        size = size or self.size
         return RecursiveCharacterTextSplitter(
-            chunk_size=self.size,
-            chunk_overlap=self.overlap,
+            chunk_size=size,
+            chunk_overlap=self.overlap if size >= self.size else self.overlap * size // self.size,
             length_function=length,
             separators=self.separators,
             keep_separator="end",
@@ -65,13 +67,16 @@ class RecursiveChunker(Chunker):
 
         return length
 
-    def raw_spans(self, text: str, tokens: DocTokens, base: int = 0, end: int | None = None) -> list[Span]:
+    def raw_spans(self, text: str, tokens: DocTokens, base: int = 0, end: int | None = None,
+                  size: int | None = None) -> list[Span]:
         """Spans of langchain's pieces of text[base:end], as offsets into `text` (not yet verified)."""
         end = len(text) if end is None else end
         piece = text[base:end]
         spans: list[Span] = []
         cursor = 0
-        for part in self.splitter(self._length_fn(text, tokens, base)).split_text(piece):
+        splitter = self.splitter(self._length_fn(text, tokens, base), size)
+        overlap = splitter._chunk_overlap
+        for part in splitter.split_text(piece):
             at = piece.find(part, cursor)
             if at < 0:  # cannot happen with keep_separator="end"; fall back to a global search
                 at = piece.find(part)
@@ -79,7 +84,7 @@ class RecursiveChunker(Chunker):
                     raise RuntimeError("recursive splitter returned text not found in the document")
             elif spans and piece.find(part, at + 1) >= 0:
                 at = self._locate_repeated(piece, part, cursor, spans[-1][0] - base, spans[-1][1] - base,
-                                           at, tokens, base)
+                                           at, tokens, base, overlap)
             spans.append((base + at, base + at + len(part)))
             cursor = at + 1
         tail = piece.rstrip()
@@ -89,21 +94,22 @@ class RecursiveChunker(Chunker):
         return spans
 
     def _locate_repeated(self, piece: str, part: str, cursor: int, prev_a: int, prev_b: int, first: int,
-                         tokens: DocTokens, base: int) -> int:
+                         tokens: DocTokens, base: int, overlap: int) -> int:
         """Repeated text: take the occurrence that overlaps the previous chunk by at most `overlap`
         tokens (langchain's merge never carries more), not an earlier copy inside it."""
         min_start = prev_b
-        if self.overlap:
+        if overlap:
             inside = [s - base for s in tokens.starts if base + prev_a <= s < base + prev_b]
             if inside:
-                min_start = inside[max(0, len(inside) - self.overlap)]
+                min_start = inside[max(0, len(inside) - overlap)]
         at = piece.find(part, max(cursor, min_start))
         return at if at >= 0 else first
 
-    def spans_of(self, text: str, tokens: DocTokens | None = None, base: int = 0, end: int | None = None
-                 ) -> list[Span]:
+    def spans_of(self, text: str, tokens: DocTokens | None = None, base: int = 0, end: int | None = None,
+                 size: int | None = None) -> list[Span]:
         tokens = tokens or self.counter.doc_tokens_many([text])[0]
-        return self.enforce_limit(text, self.raw_spans(text, tokens, base, end), self.size, tokens)
+        size = size or self.size
+        return self.enforce_limit(text, self.raw_spans(text, tokens, base, end, size), size, tokens)
 
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
@@ -111,6 +117,7 @@ class RecursiveChunker(Chunker):
     def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
         tokens = tokens or self.counter.doc_tokens_many(texts)
-        raw = [self.raw_spans(t, tk) for t, tk in zip(texts, tokens, strict=True)]
-        spans = self.enforce_limits(texts, raw, self.size, tokens)
+        sizes = [self.size_for(d, self.size) for d in docs]
+        raw = [self.raw_spans(t, tk, size=n) for t, tk, n in zip(texts, tokens, sizes, strict=True)]
+        spans = self.enforce_limits(texts, raw, sizes, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

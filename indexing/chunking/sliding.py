@@ -14,15 +14,18 @@ from .windows import token_windows
 
 
 class SlidingChunker(Chunker):
-    def __init__(self, spec: SlidingSpec, counter: TokenCounter, limit: int | None = None):
-        super().__init__(counter, limit)
+    def __init__(self, spec: SlidingSpec, counter: TokenCounter, limit: int | None = None,
+                 reserve_title: bool = False):
+        super().__init__(counter, limit, reserve_title)
         self.spec = spec
         self.granularity = spec.granularity
         self.size = min(spec.chunk_size, self.limit)
         self.limit = max(self.limit, self.size)
 
-    def spans(self, doc: Document, tokens: DocTokens) -> list[tuple[int, int]]:
-        return token_windows(doc.text, tokens.offsets, self.size, self.spec.overlap)
+    def spans(self, doc: Document, tokens: DocTokens, size: int | None = None) -> list[tuple[int, int]]:
+        size = size or self.size
+        overlap = self.spec.overlap if size >= self.size else self.spec.overlap * size // self.size
+        return token_windows(doc.text, tokens.offsets, size, overlap)
 
     def chunk(self, doc: Document) -> list[Chunk]:
         return self.chunk_many([doc])[0]
@@ -30,6 +33,7 @@ class SlidingChunker(Chunker):
     def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
         texts = [d.text for d in docs]
         tokens = tokens or self.counter.doc_tokens_many(texts)
-        spans = self.enforce_limits(texts, [self.spans(d, t) for d, t in zip(docs, tokens, strict=True)],
-                                    self.size, tokens)
+        sizes = [self.size_for(d, self.size) for d in docs]
+        spans = self.enforce_limits(
+            texts, [self.spans(d, t, n) for d, t, n in zip(docs, tokens, sizes, strict=True)], sizes, tokens)
         return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]

@@ -18,13 +18,14 @@ from .sliding import SlidingChunker
 
 
 class SmallToBigChunker(Chunker):
-    def __init__(self, spec: SmallToBigSpec, counter: TokenCounter, limit: int | None = None):
-        super().__init__(counter, limit)
+    def __init__(self, spec: SmallToBigSpec, counter: TokenCounter, limit: int | None = None,
+                 reserve_title: bool = False):
+        super().__init__(counter, limit, reserve_title)
         self.spec = spec
         self.granularity = spec.granularity
         self.parent_granularity = spec.parent_granularity
         child = RecursiveSpec(chunk_size=spec.child_size, overlap=min(spec.child_overlap, spec.child_size - 1))
-        self.child = RecursiveChunker(child, counter)
+        self.child = RecursiveChunker(child, counter, reserve_title=reserve_title)
         if spec.mode == "parent":
             p = spec.parent
             big = max(p.chunk_size, self.limit)
@@ -49,15 +50,17 @@ class SmallToBigChunker(Chunker):
         parents = make_chunks(doc, parent_spans, self.parent_granularity, extra={"role": "parent"})
         child_spans: list[Span] = []
         owners: list[str | None] = []
+        size = self.child.size_for(doc, self.child.size)
         for p in parents:
-            spans = self.child.spans_of(doc.text, tokens, p.start, p.end)
+            spans = self.child.spans_of(doc.text, tokens, p.start, p.end, size)
             child_spans.extend(spans)
             owners.extend([p.chunk_id] * len(spans))
         children = make_chunks(doc, child_spans, self.granularity, owners, extra={"role": "child"})
         return parents + children
 
     def _sentence_window(self, doc: Document, tokens: DocTokens) -> list[Chunk]:
-        sentences: list[Span] = self.enforce_limit(doc.text, sentence_spans(doc.text), None, tokens)
+        limit = self.size_for(doc, self.limit)
+        sentences: list[Span] = self.enforce_limit(doc.text, sentence_spans(doc.text), limit, tokens)
         w = self.spec.window
         windows = [
             (sentences[max(0, i - w)][0], sentences[min(len(sentences) - 1, i + w)][1])

@@ -156,3 +156,20 @@ def test_multi_granularity_and_stable_ids(en_doc, counter):
     b = chunk_documents([en_doc], build_chunkers(cfg, counter))[0]
     assert {c.granularity for c in a} == {"sliding-128", "recursive-96"}
     assert [(c.chunk_id, c.start, c.end, c.int_id) for c in a] == [(c.chunk_id, c.start, c.end, c.int_id) for c in b]
+
+
+@pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=256, overlap=32), RecursiveSpec(chunk_size=256, overlap=0),
+                                  NoneSpec(), SmallToBigSpec(child_size=256, child_overlap=0),
+                                  SmallToBigSpec(mode="sentence_window")])
+def test_title_prepended_by_the_retriever_still_fits(spec, en_text, counter):
+    # The retriever embeds "title\ntext"; the chunk leaves room for the title.
+    title = "A deliberately long title about retrieval augmented generation, chunking and tokenizers " * 2
+    doc = Document("t", en_text * 8, "/t", title=title.strip(), metadata={"tag": "t"})
+    chunks = [c for c in run(doc, spec, counter) if c.metadata.get("role") != "parent"]
+    check_common(doc, chunks, counter)
+    assert max(full_len(counter, f"{c.title}\n{c.text}") for c in chunks) <= 256
+    cfg = ChunkingConfig(chunkers=[spec], reserve_title=False)
+    loose = [c for c in chunk_documents([doc], build_chunkers(cfg, counter))[0] if c.metadata.get("role") != "parent"]
+    assert max(full_len(counter, c.text) for c in loose) <= 256
+    if spec.type in ("sliding", "none"):  # these fill chunks up to the limit
+        assert max(full_len(counter, f"{c.title}\n{c.text}") for c in loose) > 256  # what reserve_title prevents
