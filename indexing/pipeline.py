@@ -7,6 +7,7 @@ alone, so a process killed at any moment loses at most the documents not yet com
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -49,11 +50,20 @@ class Ingestor:
                 docs.append(doc)
         return docs, self.chunk(docs), errors
 
-    def ingest(self, paths: Iterable[str | Path], collection: str = "default", progress: bool = True
-               ) -> IngestReport:
+    def ingest(self, paths: Iterable[str | Path], collection: str = "default", progress: bool = True,
+               prune: bool = False) -> IngestReport:
+        """Index `paths` (files and directories) into `collection`.
+
+        prune=True also deletes stored documents under these paths that the inputs no longer
+        yield (a record removed from a JSONL file, a file deleted from a directory), except for
+        files that had load errors this time.
+        """
         if self.store is None:
             raise ValueError("Ingestor.ingest needs a DocumentStore")
+        paths = list(paths)
         report = IngestReport(collection=collection)
+        kept: set[str] = set()
+        errored: set[str] = set()
         cleaner = Cleaner(self.cfg.cleaning)
         t0 = time.perf_counter()
         pending: list[Document] = []
@@ -70,12 +80,14 @@ class Ingestor:
                 bar.update(1)
                 if isinstance(item, LoaderError):
                     report.failed.append(Failure(item.path, item.reason))
+                    errored.add(item.source)
                     continue
                 t = time.perf_counter()
                 doc = cleaner.prepare(item)
                 report.timings["clean"] += time.perf_counter() - t
                 if doc is None:
                     continue
+                kept.add(doc.doc_id)
                 if self.store.is_current(doc, collection, self.fingerprint):
                     report.unchanged += 1
                     cleaner.remember(doc)
@@ -84,17 +96,33 @@ class Ingestor:
                 doc = cleaner.check_near(doc)
                 report.timings["clean"] += time.perf_counter() - t
                 if doc is None:
+                    kept.discard(item.doc_id)
                     continue
                 pending.append(doc)
                 if len(pending) >= self.cfg.batch_size:
                     self._flush(pending, collection, report)
                     pending = []
             self._flush(pending, collection, report)
+        if prune:
+            report.pruned = self._prune(paths, collection, kept, errored)
         report.dropped.update(cleaner.dropped)
         report.edits.update(cleaner.edits)
         report.duplicate_of.update(cleaner.duplicate_of)
         report.timings["total"] = time.perf_counter() - t0
         return report
+
+    def _prune(self, paths: list[str | Path], collection: str, kept: set[str], errored: set[str]) -> int:
+        assert self.store is not None
+        roots = [str(Path(p).expanduser().resolve()) for p in paths]
+
+        def in_scope(source: str) -> bool:
+            return any(source == r or source.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+        gone = [d for d, src in self.store.document_sources(collection).items()
+                if d not in kept and src not in errored and in_scope(src)]
+        for doc_id in gone:
+            self.store.delete(doc_id, collection)
+        return len(gone)
 
     def _flush(self, docs: list[Document], collection: str, report: IngestReport) -> None:
         if not docs:

@@ -19,6 +19,7 @@ class IngestReport:
     new: int = 0
     changed: int = 0
     unchanged: int = 0
+    pruned: int = 0
     failed: list[Failure] = field(default_factory=list)
     dropped: Counter[str] = field(default_factory=Counter)
     edits: Counter[str] = field(default_factory=Counter)
@@ -40,7 +41,7 @@ class IngestReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "collection": self.collection, "new": self.new, "changed": self.changed,
-            "unchanged": self.unchanged, "failed": [f.__dict__ for f in self.failed],
+            "unchanged": self.unchanged, "pruned": self.pruned, "failed": [f.__dict__ for f in self.failed],
             "dropped": dict(self.dropped), "edits": dict(self.edits), "chunks": dict(self.chunks),
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -49,7 +50,8 @@ class IngestReport:
         """Human-readable multi-line summary for the CLI."""
         lines = [
             f"collection {self.collection}: {self.new} new, {self.changed} changed, "
-            f"{self.unchanged} unchanged, {len(self.failed)} failed, {sum(self.dropped.values())} dropped",
+            f"{self.unchanged} unchanged, {len(self.failed)} failed, {sum(self.dropped.values())} dropped"
+            + (f", {self.pruned} pruned" if self.pruned else ""),
         ]
         if self.chunks:
             lines.append("chunks written: " + ", ".join(f"{g}={n}" for g, n in sorted(self.chunks.items())))

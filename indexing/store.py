@@ -217,6 +217,10 @@ class DocumentStore:
             out.append(d)
         return out
 
+    def document_sources(self, collection: str = "default") -> dict[str, str]:
+        """doc_id -> source for a collection (lets an ingest prune what its inputs no longer hold)."""
+        return dict(self._db.execute("SELECT doc_id, source FROM documents WHERE collection=?", (collection,)))
+
     def get_document(self, doc_id: str, collection: str | None = None) -> dict[str, Any] | None:
         q = "SELECT collection, doc_id, source, title, date, content_hash, metadata, n_chunks, text FROM documents"
         q += " WHERE doc_id=?" + (" AND collection=?" if collection else "")

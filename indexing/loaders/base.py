@@ -15,10 +15,12 @@ from ..types import Document
 class LoaderError(Exception):
     """A file (or record) that could not be loaded; the ingest reports it and goes on."""
 
-    def __init__(self, path: str | Path, reason: str):
+    def __init__(self, path: str | Path, reason: str, source: str | None = None):
         super().__init__(f"{path}: {reason}")
         self.path = str(path)
         self.reason = reason
+        # The file the error belongs to (path may name a record inside it, e.g. "corpus.jsonl:12").
+        self.source = source or str(Path(path).resolve())
 
 
 # A loader yields documents; per-record problems are yielded as LoaderError values so the

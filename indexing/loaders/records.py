@@ -19,10 +19,10 @@ from .base import LoaderError, LoadResult, path_doc_id, read_text, to_iso
 def record_document(rec: Any, where: str, source: str, fallback_id: str, cfg: LoaderConfig
                     ) -> Document | LoaderError:
     if not isinstance(rec, dict):
-        return LoaderError(where, f"record is a {type(rec).__name__}, expected an object")
+        return LoaderError(where, f"record is a {type(rec).__name__}, expected an object", source)
     texts = [rec[f] for f in cfg.text_fields if rec.get(f) not in (None, "")]
     if not texts:
-        return LoaderError(where, f"record has none of the text fields {cfg.text_fields}")
+        return LoaderError(where, f"record has none of the text fields {cfg.text_fields}", source)
     text = "\n\n".join(t if isinstance(t, str) else json.dumps(t, ensure_ascii=False) for t in texts)
     doc_id = next((rec[k] for k in (cfg.id_field, *cfg.id_fallbacks) if rec.get(k) not in (None, "")),
                   fallback_id)
@@ -62,11 +62,11 @@ def load_jsonl(path: Path, cfg: LoaderConfig) -> LoadResult:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
-                    yield LoaderError(where, f"invalid JSON: {e.msg}")
+                    yield LoaderError(where, f"invalid JSON: {e.msg}", source)
                     continue
                 yield record_document(rec, where, source, f"{base}:{lineno}", cfg)
         except UnicodeDecodeError as e:
-            raise LoaderError(f"{path}:{lineno + 1}", f"cannot decode as {cfg.encoding}") from e
+            raise LoaderError(f"{path}:{lineno + 1}", f"cannot decode as {cfg.encoding}", source) from e
 
 
 def _records(data: Any) -> Iterator[Any]:

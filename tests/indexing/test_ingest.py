@@ -133,3 +133,25 @@ def test_preview_does_not_touch_the_store(tmp_path: Path, corpus: Path):
         docs, chunks, errors = Ingestor(store, small_cfg()).preview(corpus / "guide.md")
         assert len(docs) == 1 and chunks[0] and not errors
         assert store.count_documents() == 0
+
+
+def test_prune_removes_what_the_inputs_no_longer_hold(tmp_path: Path, corpus: Path):
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        ing = Ingestor(store, small_cfg())
+        ing.ingest([corpus], progress=False)
+        records = corpus / "records.jsonl"
+        kept_rows = records.read_text(encoding="utf-8").splitlines()[:2]
+        (corpus / "page.html").unlink()
+        # A file with load errors is never pruned from: r2 may just be unreadable right now.
+        records.write_text("\n".join(kept_rows + ["{broken"]), encoding="utf-8")
+        r = ing.ingest([corpus], progress=False, prune=True)
+        assert r.pruned == 1 and store.get_document("r2") is not None
+        records.write_text("\n".join(kept_rows), encoding="utf-8")
+        r = ing.ingest([corpus], progress=False, prune=True)
+        assert r.pruned == 1 and store.get_document("r2") is None and "1 pruned" in r.summary()
+        assert store.count_documents() == 5
+        other = tmp_path / "other.txt"  # outside the pruned paths: untouched
+        other.write_text("Another document entirely.", encoding="utf-8")
+        ing.ingest([other], progress=False)
+        assert ing.ingest([corpus / "zh.txt"], progress=False, prune=True).pruned == 0
+        assert store.count_documents() == 6
