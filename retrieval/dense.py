@@ -163,6 +163,17 @@ class DenseIndex:
         q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
         if self.ntotal == 0 or k <= 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in q]
+        threads = self.cfg.search_threads
+        if not threads or len(q) > 16:
+            return self._search(q, k, allowed)
+        before = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(threads)
+        try:
+            return self._search(q, k, allowed)
+        finally:
+            faiss.omp_set_num_threads(before)
+
+    def _search(self, q: np.ndarray, k: int, allowed: np.ndarray | None) -> list[tuple[np.ndarray, np.ndarray]]:
         k_eff = min(k, self.ntotal)
         if allowed is None:
             dist, idx = self._searcher().search(q, k_eff)

@@ -72,7 +72,18 @@ class SentenceTransformerEmbedder(Embedder):
                         n, len(texts), limit, self.cfg.model)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.query_prefix + t for t in texts])
+        texts = [self.query_prefix + t for t in texts]
+        n = self.cfg.query_threads
+        if not n or self.device != "cpu" or len(texts) > 16:
+            return self._encode(texts)
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            return self._encode(texts)
+        finally:
+            torch.set_num_threads(before)
 
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._encode([self.document_prefix + t for t in texts])
