@@ -128,10 +128,15 @@ class Ingestor:
         if not docs:
             return
         t = time.perf_counter()
-        all_chunks = self.chunk(docs)
+        try:
+            all_chunks: list[list[Chunk] | None] = list(self.chunk(docs))
+        except Exception:  # isolate the document that broke the batch; the others still go in
+            all_chunks = [self._chunk_one(d, report) for d in docs]
         report.timings["chunk"] += time.perf_counter() - t
         t = time.perf_counter()
         for doc, chunks in zip(docs, all_chunks, strict=True):
+            if chunks is None:
+                continue
             outcome = self.store.upsert(doc, chunks, collection, self.fingerprint)
             if outcome == "new":
                 report.new += 1
@@ -144,8 +149,16 @@ class Ingestor:
         report.timings["store"] += time.perf_counter() - t
 
 
+    def _chunk_one(self, doc: Document, report: IngestReport) -> list[Chunk] | None:
+        try:
+            return self.chunk([doc])[0]
+        except Exception as e:
+            report.failed.append(Failure(f"{doc.source}#{doc.doc_id}", f"chunking failed: {type(e).__name__}: {e}"))
+            return None
+
+
 def ingest(paths: Iterable[str | Path], store_path: str | Path, cfg: IndexingConfig | None = None,
-           collection: str = "default", progress: bool = True) -> IngestReport:
+           collection: str = "default", progress: bool = True, prune: bool = False) -> IngestReport:
     """One-call ingest into the store file at `store_path`."""
     with DocumentStore(store_path) as store:
-        return Ingestor(store, cfg).ingest(paths, collection, progress)
+        return Ingestor(store, cfg).ingest(paths, collection, progress, prune)

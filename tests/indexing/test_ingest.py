@@ -155,3 +155,19 @@ def test_prune_removes_what_the_inputs_no_longer_hold(tmp_path: Path, corpus: Pa
         ing.ingest([other], progress=False)
         assert ing.ingest([corpus / "zh.txt"], progress=False, prune=True).pruned == 0
         assert store.count_documents() == 6
+
+
+def test_a_document_that_breaks_chunking_fails_alone(tmp_path: Path, monkeypatch):
+    # A buggy user filter hands the chunkers a non-text body for one document.
+    (tmp_path / "buggyfilter.py").write_text(
+        "def to_bytes(doc):\n    if 'BREAK' in doc.text:\n        doc.text = doc.text.encode()\n    return doc\n",
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for i, body in enumerate(["First fine document.", "This one will BREAK the chunker.", "Third fine one."]):
+        (tmp_path / f"d{i}.txt").write_text(body, encoding="utf-8")
+    cfg = small_cfg().model_copy(deep=True)
+    cfg.cleaning = CleaningConfig(filters=["buggyfilter:to_bytes"], exact_dedup=False, near_dedup="off")
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        r = Ingestor(store, cfg).ingest(sorted(tmp_path.glob("d*.txt")), progress=False)
+        assert r.new == 2 and len(r.failed) == 1 and "chunking failed" in r.failed[0].reason
+        assert store.count_documents() == 2
