@@ -186,6 +186,21 @@ class ChunkingConfig(_Strict):
                 seen.add(n)
         return self
 
+    def roles(self) -> dict[str, str]:
+        """Granularity -> "chunk" (flat), "child" (small-to-big, embedded) or "parent" (never embedded,
+        returned for generation); tells the retriever which granularities to index."""
+        out: dict[str, str] = {}
+        for spec in self.chunkers:
+            if isinstance(spec, SmallToBigSpec):
+                out[spec.granularity] = "child"
+                out[spec.parent_granularity] = "parent"
+            else:
+                out[spec.granularity] = "chunk"
+        return out
+
+    def embedded_granularities(self) -> list[str]:
+        return [g for g, role in self.roles().items() if role != "parent"]
+
     def fingerprint(self) -> str:
         """Identity of the chunking settings, stored with each document so changing them re-chunks."""
         blob = json.dumps({"v": CHUNKER_VERSION, **self.model_dump(mode="json")}, sort_keys=True)

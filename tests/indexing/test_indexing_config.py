@@ -42,6 +42,14 @@ def test_limits_and_names_are_checked():
     assert [c.granularity for c in ok.chunkers] == ["recursive-200", "recursive-100"]
 
 
+def test_roles_tell_which_granularities_are_embedded():
+    cfg = ChunkingConfig.model_validate({"chunkers": [
+        {"type": "sliding", "chunk_size": 128}, {"type": "small_to_big"}, {"type": "small_to_big", "mode": "sentence_window"}]})
+    assert cfg.roles() == {"sliding-128": "chunk", "child-128": "child", "parent-512": "parent",
+                           "sentence": "child", "window-2": "parent"}
+    assert cfg.embedded_granularities() == ["sliding-128", "child-128", "sentence"]
+
+
 def test_fingerprint_tracks_chunking_settings():
     a = ChunkingConfig()
     assert a.fingerprint() == ChunkingConfig().fingerprint()
