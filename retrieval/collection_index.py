@@ -112,7 +112,9 @@ class CollectionIndex:
 
     def save(self, store_version: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        gen_no = int(self.manifest.get("generation", 0)) + 1
+        # Never reuse a directory the current manifest may point at (a rebuild starts from gen 0).
+        existing = [int(p.name.split("-")[1]) for p in self.dir.glob("gen-*") if p.name.split("-")[1].isdigit()]
+        gen_no = max([int(self.manifest.get("generation", 0)), *existing]) + 1
         final = self.dir / f"gen-{gen_no}"
         tmp = self.dir / f".gen-{gen_no}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
