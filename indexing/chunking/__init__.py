@@ -39,6 +39,8 @@ def chunk_documents(docs: list[Document], chunkers: list[Chunker]) -> list[list[
     out: list[list[Chunk]] = [[] for _ in docs]
     # One tokenisation per batch, shared by every chunker using the same tokenizer.
     shared = chunkers[0].counter.doc_tokens_many([d.text for d in docs]) if chunkers else None
+    if any(ch.reserve_title for ch in chunkers):
+        chunkers[0].counter.count_many([d.title for d in docs if d.title])  # batch the title costs
     for ch in chunkers:
         tokens = shared if ch.counter is chunkers[0].counter else None
         for acc, chunks in zip(out, ch.chunk_many(docs, tokens), strict=True):
