@@ -55,7 +55,13 @@ def load_tokenizer(name: str) -> Tokenizer:
     else:
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(path)
+        try:
+            hf = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"chunking.tokenizer: cannot load {name!r} offline ({e}). Use an installed alias "
+                f"({', '.join(sorted(_ALIASES))}) or a local model directory."
+            ) from e
         backend = getattr(hf, "backend_tokenizer", None)
         if backend is None:
             raise ValueError(f"tokenizer of {name!r} has no fast (Rust) backend")

@@ -66,3 +66,8 @@ def test_model_aliases_resolve_to_the_installed_package():
     assert tok is load_tokenizer("minilm")  # cached
     # Truncation is off (the shipped tokenizer.json truncates at 128): counting must see everything.
     assert len(tok.encode("word " * 600).ids) == 602
+
+
+def test_unknown_tokenizer_fails_with_a_clear_message(tmp_path: Path):
+    with pytest.raises(ValueError, match="chunking.tokenizer: cannot load"):
+        load_tokenizer(str(tmp_path / "no-such-model"))
