@@ -13,7 +13,7 @@ from ..config import LoaderConfig
 from ..types import Section
 from .base import LoaderError, LoadResult, file_document, read_text
 
-_SKIP = {"script", "style", "nav", "header", "footer", "noscript", "template", "svg", "head", "aside", "form"}
+_SKIP = {"script", "style", "nav", "header", "footer", "noscript", "template", "svg", "aside", "form"}
 _BLOCK = {
     "p", "div", "section", "article", "main", "li", "ul", "ol", "table", "tr", "br", "hr", "pre",
     "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "dt", "dd", "figcaption", "td", "th",
@@ -27,6 +27,7 @@ class _Extractor(HTMLParser):
         self.size = 0
         self.skip_depth = 0
         self.in_title = False
+        self.in_head = False  # </head> is optional in HTML5: <body> also ends it
         self.title = ""
         self.heading: tuple[int, int, list[str]] | None = None  # (level, start offset, words)
         self.stack: list[tuple[int, str]] = []
@@ -39,6 +40,10 @@ class _Extractor(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag == "title":
             self.in_title = True
+        if tag == "head":
+            self.in_head = True
+        elif tag == "body":
+            self.in_head = False
         if tag in _SKIP:
             self.skip_depth += 1
             return
@@ -50,6 +55,8 @@ class _Extractor(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "title":
             self.in_title = False
+        if tag == "head":
+            self.in_head = False
         if tag in _SKIP:
             self.skip_depth = max(0, self.skip_depth - 1)
             return
@@ -73,7 +80,7 @@ class _Extractor(HTMLParser):
         if self.in_title:
             self.title += data
             return
-        if self.skip_depth:
+        if self.skip_depth or self.in_head:
             return
         if self.heading is not None:
             self.heading[2].append(data)

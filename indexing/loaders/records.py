@@ -49,7 +49,8 @@ def record_document(rec: Any, where: str, source: str, fallback_id: str, cfg: Lo
 def load_jsonl(path: Path, cfg: LoaderConfig) -> LoadResult:
     source, base = str(path.resolve()), path_doc_id(path)
     try:
-        fh = open(path, encoding=cfg.encoding, errors="strict")  # noqa: SIM115 - closed below
+        enc = "utf-8-sig" if cfg.encoding.lower() in ("utf-8", "utf8") else cfg.encoding
+        fh = open(path, encoding=enc, errors="strict")  # noqa: SIM115 - closed below
     except OSError as e:
         raise LoaderError(path, f"unreadable: {e.strerror or e}") from e
     with fh:

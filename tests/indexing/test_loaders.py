@@ -66,6 +66,18 @@ def test_html_strips_scripts_and_navigation(tmp_path: Path):
     assert doc.section_at(doc.text.index("More text")) == "Main > Details"
 
 
+def test_html_without_closing_head_and_bom_jsonl(tmp_path: Path):
+    f = tmp_path / "loose.htm"
+    f.write_text("<html><head><title>Loose</title><meta charset=utf-8><body><p>Body text stays.</p>",
+                 encoding="utf-8")
+    (doc,), _ = load([f])
+    assert doc.title == "Loose" and doc.text.strip() == "Body text stays."
+    j = tmp_path / "bom.jsonl"
+    j.write_bytes(b"\xef\xbb\xbf" + json.dumps({"_id": "b1", "text": "With a BOM."}).encode() + b"\n")
+    (rec,), errors = load([j])
+    assert rec.doc_id == "b1" and not errors
+
+
 def test_pdf_two_pages(tmp_path: Path, two_page_pdf):
     f = two_page_pdf(tmp_path / "report.pdf")
     (doc,), errors = load([f])
