@@ -99,9 +99,9 @@ class RecursiveChunker(Chunker):
         tokens (langchain's merge never carries more), not an earlier copy inside it."""
         min_start = prev_b
         if overlap:
-            inside = [s - base for s in tokens.starts if base + prev_a <= s < base + prev_b]
+            inside = tokens.within(base + prev_a, base + prev_b)
             if inside:
-                min_start = inside[max(0, len(inside) - overlap)]
+                min_start = inside[max(0, len(inside) - overlap)][0] - base
         at = piece.find(part, max(cursor, min_start))
         return at if at >= 0 else first
 

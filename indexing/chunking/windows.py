@@ -11,12 +11,18 @@ from .sentences import TERMINATORS, is_cjk, sentence_ends
 
 
 def _word_gap(text: str, offsets: list[tuple[int, int]], k: int) -> bool:
-    """True when a cut between token k-1 and token k falls between words."""
+    """True when a cut between token k-1 and token k falls between words (space or CJK)."""
     a, b = offsets[k - 1][1], offsets[k][0]
     if b > a:
         return True  # whitespace (or dropped characters) between the tokens
-    prev, nxt = text[a - 1 : a], text[b : b + 1]
-    return is_cjk(prev) or is_cjk(nxt) or not prev.isalnum() or not nxt.isalnum()
+    return is_cjk(text[a - 1 : a]) or is_cjk(text[b : b + 1])
+
+
+def _after_punct(text: str, offsets: list[tuple[int, int]], k: int) -> bool:
+    """Weaker break: right after punctuation and before a word ("x-|y", "a,|b"), never before it."""
+    a = offsets[k - 1][1]
+    prev, nxt = text[a - 1 : a], text[offsets[k][0] : offsets[k][0] + 1]
+    return bool(prev) and not prev.isalnum() and nxt.isalnum()
 
 
 def token_windows(
@@ -39,9 +45,11 @@ def token_windows(
         k = j
         if snap and j < n:
             lo = i + max(1, size // 2)
-            sent = next((c for c in range(j, lo - 1, -1) if _sentence_cut(text, offsets, c, ends)), None)
-            word = sent or next((c for c in range(j, lo - 1, -1) if _word_gap(text, offsets, c)), None)
-            k = word or j
+            window = range(j, lo - 1, -1)
+            k = (next((c for c in window if _sentence_cut(text, offsets, c, ends)), None)
+                 or next((c for c in window if _word_gap(text, offsets, c)), None)
+                 or next((c for c in window if _after_punct(text, offsets, c)), None)
+                 or j)
         spans.append((offsets[i][0], offsets[k - 1][1]))
         if k >= n:
             break
