@@ -27,10 +27,11 @@ import torch  # noqa: E402
 
 from inference import LLM, SamplingParams  # noqa: E402
 
-WORDS = ("retrieval index passage citation answer context model token cache block memory query rank "
-         "document chunk vector sparse dense fusion score prompt system user policy evidence source "
-         "paragraph section table figure claim summary detail method result river mountain city "
-         "energy market history science law health travel music sport weather ocean forest").split()
+_VOCAB = ("retrieval index passage citation answer context model token cache block memory query rank "
+          "document chunk vector sparse dense fusion score prompt system user policy evidence source "
+          "paragraph section table figure claim summary detail method result river mountain city "
+          "energy market history science law health travel music sport weather ocean forest")
+WORDS = _VOCAB.split(" ")
 
 
 def text(rng: random.Random, n_words: int) -> str:

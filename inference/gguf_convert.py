@@ -118,6 +118,7 @@ def convert(gguf_path: str | Path, force: bool = False) -> Path:
         tokenizer.save_pretrained(tmp)
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "source.json").write_text(json.dumps({"gguf": str(gguf_path.resolve()), "arch": arch}))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is meant to be shared
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

@@ -60,6 +60,14 @@ class Scheduler:
         self.waiting.append(victim)
         self.waiting.sort(key=lambda s: s.sort_key)
 
+    def _prefix_in_flight(self, seq: Sequence) -> bool:
+        """True when a running sequence is still prefilling the same first block as `seq`.
+        Admitting both at once would compute (and store) the shared prefix twice; waiting one
+        step turns it into a prefix-cache hit and lets their decodes share it (cascade attention)."""
+        if not self.bm.caching or seq.first_block_key is None:
+            return False
+        return any(r.first_block_key == seq.first_block_key and r.num_uncomputed > 1 for r in self.running)
+
     def schedule(self) -> ScheduledBatch:
         budget = self.max_num_batched_tokens
         decodes: list[Sequence] = []
@@ -81,6 +89,8 @@ class Scheduler:
             i += 1
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if self._prefix_in_flight(seq):
+                break  # its prefix is being computed right now: admit it next step as a cache hit
             hit = self.bm.match_prefix(seq)
             n = min(seq.num_uncomputed, budget)
             if not self.bm.ensure(seq, n):

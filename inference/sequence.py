@@ -52,6 +52,9 @@ class Sequence:
         self.candidate_logprobs: dict[int, float] | None = None
         self.generator = None  # torch.Generator when params.seed is set
         self.pending_forks = self.params.n - 1 if self.index == 0 else 0
+        # cheap "probably shares a cached prefix with" key: the first 16 prompt tokens
+        head = self.prompt_token_ids[:16]
+        self.first_block_key = tuple(head) if len(self.prompt_token_ids) > 16 else None
         self.text = ""  # detokenised output so far
         self.emitted_text_len = 0
 

@@ -49,20 +49,48 @@ def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionM
 
 def _decode(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor) -> None:
     hq, d = q.shape[1], q.shape[2]
-    k, v = cache.gather_blocks(meta.decode_block_tables)  # [B, L, Hk, D]
-    hk = k.shape[2]
-    b = k.shape[0]
-    if meta.decode_contiguous:
-        qd = q[:b]
-    else:
-        qd = q.index_select(0, meta.decode_idx)
+    hk = cache.k.shape[2]
+    b = meta.num_decodes
+    qd = q[:b] if meta.decode_contiguous else q.index_select(0, meta.decode_idx)
     qd = qd.view(b, hk, hq // hk, d)  # query heads of one KV head share its K/V
-    o = F.scaled_dot_product_attention(qd, k.transpose(1, 2), v.transpose(1, 2), attn_mask=meta.decode_mask)
+    if meta.shared_blocks is not None:
+        o = _cascade_decode(qd, cache, meta)
+    else:
+        k, v = cache.gather_blocks(meta.decode_block_tables)  # [B, L, Hk, D]
+        # SDPA on CPU is ~2.5x faster on contiguous [B, H, L, D] than on the transposed view
+        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=meta.decode_mask)
     o = o.reshape(b, hq, d)
     if meta.decode_contiguous:
         out[:b] = o
     else:
         out.index_copy_(0, meta.decode_idx, o)
+
+
+def _cascade_decode(qd: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
+    """Attention split at the shared prefix and merged with log-sum-exp weights.
+
+    The shared part is one [Hk, B*g, P] problem (a real matmul instead of B memory-bound
+    matrix-vector products, and the prefix K/V is read once, not B times); the suffix part is
+    the usual padded gather over the rows' own blocks.
+    """
+    b, hk, g, d = qd.shape
+    kp, vp = cache.gather_blocks(meta.shared_blocks[None])  # [1, P*bs, Hk, D]
+    qp = qd.permute(1, 0, 2, 3).reshape(1, hk, b * g, d)
+    o1, l1 = _flash_cpu(qp, kp.transpose(1, 2).contiguous(), vp.transpose(1, 2).contiguous(), None)
+    o1 = o1.view(hk, b, g, d).permute(1, 0, 2, 3)
+    l1 = l1.view(hk, b, g).permute(1, 0, 2)
+    ks, vs = cache.gather_blocks(meta.suffix_block_tables)
+    o2, l2 = _flash_cpu(qd, ks.transpose(1, 2).contiguous(), vs.transpose(1, 2).contiguous(),
+                        meta.suffix_bias.to(qd.dtype))
+    lse = torch.logaddexp(l1, l2)
+    return o1 * torch.exp(l1 - lse)[..., None] + o2 * torch.exp(l2 - lse)[..., None]
+
+
+def _flash_cpu(q, k, v, bias):
+    """CPU flash attention that also returns the log-sum-exp needed to merge partial results."""
+    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)
+    return out[0], out[1].to(q.dtype)
 
 
 def _prefill(q: torch.Tensor, cache: LayerKVCache, slots: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -31,6 +31,11 @@ class AttentionMetadata:
     decode_ctx_lens: torch.Tensor | None = None  # [Bd]
     decode_mask: torch.Tensor | None = None  # [Bd, 1, 1, max_blocks*block_size] bool
     decode_contiguous: bool = False  # decode rows are exactly the first Bd tokens
+    # cascade decode (CPU): blocks every decode row shares (e.g. the cached system prompt) are
+    # attended once for all rows; only the per-row suffix tables are gathered
+    shared_blocks: torch.Tensor | None = None  # [P]
+    suffix_block_tables: torch.Tensor | None = None  # [Bd, W]
+    suffix_bias: torch.Tensor | None = None  # [Bd, 1, 1, W*block_size] float, 0 or -inf
 
     @property
     def num_decodes(self) -> int:
