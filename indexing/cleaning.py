@@ -181,6 +181,12 @@ class Cleaner:
             return self._drop("near_duplicate")
         return doc
 
+    def register_stored(self, doc_id: str, text: str) -> None:
+        """A document already in the store: later documents duplicating it are dropped."""
+        if self.cfg.exact_dedup:
+            self._exact.setdefault(normalized_key(text), doc_id)
+        self.remember(Document(doc_id, text, ""))
+
     def remember(self, doc: Document) -> None:
         """Note an already stored, unchanged document for later near-duplicate checks.
 

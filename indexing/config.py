@@ -52,6 +52,8 @@ class CleaningConfig(_Strict):
     header_footer_min_share: float = Field(0.6, gt=0.0, le=1.0)
     min_chars: int = Field(1, ge=0)
     exact_dedup: bool = True
+    # Also treat what the collection already holds as seen (a copy of a stored file is dropped).
+    dedup_against_store: bool = True
     near_dedup: Literal["minhash", "simhash", "off"] = "minhash"
     near_dedup_threshold: float = Field(0.9, gt=0.0, le=1.0)
     minhash_perms: int = Field(128, ge=16, le=1024)

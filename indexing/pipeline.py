@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tqdm import tqdm
@@ -66,6 +66,8 @@ class Ingestor:
         errored: set[str] = set()
         cleaner = Cleaner(self.cfg.cleaning)
         t0 = time.perf_counter()
+        seeded = self._seed_dedup(cleaner, collection, paths if prune else [])
+        report.timings["clean"] += time.perf_counter() - t0
         pending: list[Document] = []
         bar = tqdm(desc=f"indexing {collection}", unit="doc", disable=not progress, file=sys.stderr,
                    mininterval=0.5, dynamic_ncols=True)
@@ -90,7 +92,8 @@ class Ingestor:
                 kept.add(doc.doc_id)
                 if self.store.is_current(doc, collection, self.fingerprint):
                     report.unchanged += 1
-                    cleaner.remember(doc)
+                    if doc.doc_id not in seeded:
+                        cleaner.remember(doc)
                     continue
                 t = time.perf_counter()
                 doc = cleaner.check_near(doc)
@@ -111,13 +114,27 @@ class Ingestor:
         report.timings["total"] = time.perf_counter() - t0
         return report
 
+    def _seed_dedup(self, cleaner: Cleaner, collection: str, prune_paths: list[str | Path]) -> set[str]:
+        """Register the collection's stored documents with the deduplicator; returns their ids.
+
+        Exact keys cost one hash per stored text; near-dup signatures are only computed once a
+        new document needs comparing. Documents an ingest may prune are left out, so renaming a
+        file under a pruned path does not drop the new copy while the old one is deleted.
+        """
+        c = self.cfg.cleaning
+        if self.store is None or not c.dedup_against_store or (not c.exact_dedup and c.near_dedup == "off"):
+            return set()
+        in_scope = _scope(prune_paths)
+        seeded: set[str] = set()
+        for doc_id, source, text in self.store.iter_texts(collection):
+            if not in_scope(source):
+                cleaner.register_stored(doc_id, text)
+                seeded.add(doc_id)
+        return seeded
+
     def _prune(self, paths: list[str | Path], collection: str, kept: set[str], errored: set[str]) -> int:
         assert self.store is not None
-        roots = [str(Path(p).expanduser().resolve()) for p in paths]
-
-        def in_scope(source: str) -> bool:
-            return any(source == r or source.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
+        in_scope = _scope(paths)
         gone = [d for d, src in self.store.document_sources(collection).items()
                 if d not in kept and src not in errored and in_scope(src)]
         for doc_id in gone:
@@ -155,6 +172,16 @@ class Ingestor:
         except Exception as e:
             report.failed.append(Failure(f"{doc.source}#{doc.doc_id}", f"chunking failed: {type(e).__name__}: {e}"))
             return None
+
+
+def _scope(paths: list[str | Path]) -> Callable[[str], bool]:
+    """Whether a stored source lies under one of `paths` (a file itself or inside a directory)."""
+    roots = [str(Path(p).expanduser().resolve()) for p in paths]
+
+    def in_scope(source: str) -> bool:
+        return any(source == r or source.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+    return in_scope
 
 
 def ingest(paths: Iterable[str | Path], store_path: str | Path, cfg: IndexingConfig | None = None,

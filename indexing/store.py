@@ -221,6 +221,10 @@ class DocumentStore:
         """doc_id -> source for a collection (lets an ingest prune what its inputs no longer hold)."""
         return dict(self._db.execute("SELECT doc_id, source FROM documents WHERE collection=?", (collection,)))
 
+    def iter_texts(self, collection: str = "default") -> Iterator[tuple[str, str, str]]:
+        """(doc_id, source, cleaned text) of every document (dedup of a new ingest against the store)."""
+        yield from self._db.execute("SELECT doc_id, source, text FROM documents WHERE collection=?", (collection,))
+
     def get_document(self, doc_id: str, collection: str | None = None) -> dict[str, Any] | None:
         q = "SELECT collection, doc_id, source, title, date, content_hash, metadata, n_chunks, text FROM documents"
         q += " WHERE doc_id=?" + (" AND collection=?" if collection else "")

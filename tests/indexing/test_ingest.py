@@ -171,3 +171,21 @@ def test_a_document_that_breaks_chunking_fails_alone(tmp_path: Path, monkeypatch
         r = Ingestor(store, cfg).ingest(sorted(tmp_path.glob("d*.txt")), progress=False)
         assert r.new == 2 and len(r.failed) == 1 and "chunking failed" in r.failed[0].reason
         assert store.count_documents() == 2
+
+
+def test_dedup_against_the_store_and_safe_renames(tmp_path: Path, en_text: str):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text(en_text * 2, encoding="utf-8")
+    copy = tmp_path / "copy.txt"
+    copy.write_text(en_text * 2, encoding="utf-8")
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        ing = Ingestor(store, small_cfg("minhash"))
+        assert ing.ingest([src], progress=False).new == 1
+        r = ing.ingest([copy], progress=False)  # a copy of a stored file, indexed on its own
+        assert r.new == 0 and r.dropped == {"exact_duplicate": 1}
+        # Renamed under a pruned path: the new name is indexed, the old one pruned, nothing lost.
+        (src / "a.txt").rename(src / "b.txt")
+        r = ing.ingest([src], progress=False, prune=True)
+        assert (r.new, r.pruned, dict(r.dropped)) == (1, 1, {})
+        assert [Path(d["source"]).name for d in store.list_documents()] == ["b.txt"]
