@@ -50,6 +50,7 @@ class Answer:
     dropped_passages: list[str] = field(default_factory=list)  # chunk ids left out for length
     queries: list[str] = field(default_factory=list)  # what was actually searched
     finish_reason: str | None = None
+    compression: dict[str, Any] = field(default_factory=dict)  # tokens in/out, ratio, ms
 
     def to_dict(self, passages: bool = True) -> dict[str, Any]:
         d = asdict(self)

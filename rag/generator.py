@@ -95,6 +95,17 @@ class Generator:
             if not fut.done():
                 fut.cancel()
 
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+        """log P(candidate | prompt) per prompt, all in one batch (the LLM reranker's P("yes"))."""
+        from inference.sampling_params import SamplingParams
+
+        sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
+        return [o.candidate_logprobs for o in self.generate(prompts, sp)]
+
     def stats(self) -> dict:
         return self.engine.stats()
 

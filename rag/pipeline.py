@@ -6,6 +6,7 @@ retrieval-only config never needs one.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -137,7 +138,9 @@ class Pipeline:
         passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
         if self.compressor is not None and passages:
             t1 = time.perf_counter()
-            passages = self.compressor.compress_passages(question, passages)
+            comp = self.compressor.compress(question, [p.text for p in passages])
+            passages = [dataclasses.replace(p, text=t) for p, t in zip(passages, comp.contexts) if t]
+            answer.compression = comp.stats()
             answer.timings_ms["compress"] = _ms(t1)
         if not passages or _below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             answer.text, answer.refused = self.cfg.prompt.refusal, True
