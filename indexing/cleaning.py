@@ -142,7 +142,8 @@ class Cleaner:
         """Normalisation only (no dedup state): what `rag chunk` shows for a single file."""
         if self.cfg.strip_headers_footers:
             doc, n = strip_headers_footers(doc, self.cfg.header_footer_min_share)
-            self.edits["header_footer_lines"] += n
+            if n:
+                self.edits["header_footer_lines"] += n
         return rewrite_segments(doc, lambda s, _i: normalize(s, self.cfg), _span_bounds(doc),
                                 collapse=self.cfg.whitespace)
 
