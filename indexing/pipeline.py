@@ -39,6 +39,10 @@ class Ingestor:
         """Chunks of already cleaned documents (what `rag chunk` prints)."""
         return chunk_documents(docs, self.chunkers)
 
+    def token_length(self, text: str) -> int:
+        """Tokens the embedder sees for `text`, [CLS]/[SEP] included (for `rag chunk` output)."""
+        return self.counter.full_length(text)
+
     def preview(self, path: str | Path) -> tuple[list[Document], list[list[Chunk]], list[LoaderError]]:
         """Load, clean and chunk one file without touching the store (for `rag chunk FILE`)."""
         cleaner = Cleaner(self.cfg.cleaning.model_copy(update={"exact_dedup": False, "near_dedup": "off"}))
