@@ -60,6 +60,7 @@ class CollectionIndex:
         self.manifest: dict[str, Any] = {}
         self._fields: tuple[int, list[Chunk]] | None = None
         self._allowed_cache: dict[tuple[int, str], np.ndarray] = {}
+        self._mask_cache: dict[tuple[int, str], np.ndarray] = {}
 
     # ---- manifest ---------------------------------------------------------------------
     def expected(self) -> dict[str, Any]:
@@ -187,7 +188,7 @@ class CollectionIndex:
             for i, _ in part:
                 self.hashes[i] = current[i]
         self.save(version)
-        self._fields, self._allowed_cache = None, {}
+        self._fields, self._allowed_cache, self._mask_cache = None, {}, {}
         log.info("synced %s: +%d -%d (%d chunks)", self.collection, len(todo), len(stale), len(self.hashes))
         return {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
                 "store_version": version}
@@ -219,3 +220,12 @@ class CollectionIndex:
                 self._allowed_cache.clear()
             self._allowed_cache[key] = allowed_ids(self._fields[1], filters)
         return self._allowed_cache[key]
+
+    def bm25_mask(self, store: DocumentStore, filters: Filters) -> np.ndarray:
+        """BM25 row mask for the filters (cached: np.isin over 100k rows costs ~10 ms)."""
+        key = (store.version(self.collection), filters.key())
+        if key not in self._mask_cache:
+            if len(self._mask_cache) > 64:
+                self._mask_cache.clear()
+            self._mask_cache[key] = self.bm25.mask_for_ids(self.allowed(store, filters))
+        return self._mask_cache[key]

@@ -22,6 +22,7 @@ from .config import DenseConfig
 
 log = logging.getLogger(__name__)
 _BRUTE_FORCE_MAX = 20_000  # allowed-set size under which exact fallback scoring is cheap
+_OVERSAMPLE_MIN_FRACTION = 0.2  # filters keeping more than this are applied after an oversampled search
 
 
 def gpu_available() -> bool:
@@ -181,15 +182,29 @@ class DenseIndex:
         allowed = np.ascontiguousarray(allowed, dtype=np.int64)
         if len(allowed) == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in q]
-        sel = faiss.IDSelectorBatch(allowed)
-        dist, idx = self.index.search(q, min(k_eff, len(allowed)), params=self._params(sel))
-        out = [_strip(d, i) for d, i in zip(dist, idx, strict=False)]
-        if self.kind != "flat" and len(allowed) <= _BRUTE_FORCE_MAX:
-            need = min(k, len(allowed))
-            for j, (ids, _) in enumerate(out):
-                if len(ids) < need:
+        need = min(k, len(allowed))
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(q)
+        frac = len(allowed) / self.ntotal
+        if frac >= _OVERSAMPLE_MIN_FRACTION:
+            # A permissive filter: searching unfiltered (BLAS path) for k/frac*2 and dropping the
+            # rest is much faster than a selector, which forces a per-vector check.
+            srt = np.sort(allowed)
+            dist, idx = self._searcher().search(q, min(self.ntotal, int(k / frac * 2) + 16))
+            for j, (d, i) in enumerate(zip(dist, idx, strict=True)):
+                ids, sc = _strip(d, i)
+                pos = np.clip(np.searchsorted(srt, ids), 0, len(srt) - 1)
+                keep = srt[pos] == ids
+                if keep.sum() >= need:
+                    out[j] = (ids[keep][:k], sc[keep][:k])
+        rest = [j for j, o in enumerate(out) if o is None]
+        if rest:
+            sel = faiss.IDSelectorBatch(allowed)
+            dist, idx = self.index.search(q[rest], need, params=self._params(sel))
+            for j, d, i in zip(rest, dist, idx, strict=True):
+                out[j] = _strip(d, i)
+                if self.kind != "flat" and len(allowed) <= _BRUTE_FORCE_MAX and len(out[j][0]) < need:
                     out[j] = self._exact(q[j], allowed, k)
-        return out
+        return out  # type: ignore[return-value]
 
     def _exact(self, q: np.ndarray, allowed: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         present = np.intersect1d(allowed, self.ids())

@@ -183,11 +183,9 @@ class Retriever:
         must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
         mask = None
         if ci.bm25 is not None and (allowed is not None or must):
-            mask = np.ones(len(ci.bm25.ids), dtype=bool)
-            if allowed is not None:
-                mask &= ci.bm25.mask_for_ids(allowed)
+            mask = ci.bm25_mask(self.store, filters) if allowed is not None else np.ones(len(ci.bm25.ids), bool)
             if must:
-                mask &= ci.bm25.must_mask(must)
+                mask = mask & ci.bm25.must_mask(must)  # never in place: the filter mask is cached
                 allowed = ci.bm25.ids[mask & ci.bm25.alive]
         if filters or must:
             timings["filter"] = timings.get("filter", 0.0) + _ms(t)

@@ -51,3 +51,19 @@ def test_replace_and_dim_check(data):
     assert d.ntotal == 10 and set(d.search(x[5], 2)[0][0].tolist()) == {ids[0], ids[5]}
     with pytest.raises(ValueError, match="dim"):
         d.add(ids[:1], np.zeros((1, 16), np.float32))
+
+
+def test_permissive_filter_oversampling_is_exact(data):
+    """A filter keeping half the corpus takes the oversampled unfiltered path; results must equal
+    brute-force scoring of the allowed vectors."""
+    ids, x = data
+    d = DenseIndex(32)
+    d.add(ids, x)
+    allowed = ids[::2]
+    keep = np.isin(ids, allowed)
+    for qi in range(5):
+        got, scores = d.search(x[qi] * 0.5 + x[qi + 100] * 0.5, 10, allowed)[0]
+        s = x[keep] @ (x[qi] * 0.5 + x[qi + 100] * 0.5)
+        want = ids[keep][np.argsort(-s)[:10]]
+        assert got.tolist() == want.tolist()
+        np.testing.assert_allclose(scores, np.sort(s)[::-1][:10], rtol=1e-5)
