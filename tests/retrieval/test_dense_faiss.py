@@ -62,8 +62,8 @@ def test_permissive_filter_oversampling_is_exact(data):
     allowed = ids[::2]
     keep = np.isin(ids, allowed)
     for qi in range(5):
-        got, scores = d.search(x[qi] * 0.5 + x[qi + 100] * 0.5, 10, allowed)[0]
-        s = x[keep] @ (x[qi] * 0.5 + x[qi + 100] * 0.5)
+        got, scores = d.search(x[qi] * 0.6 + x[qi + 101] * 0.4, 10, allowed)[0]
+        s = x[keep] @ (x[qi] * 0.6 + x[qi + 101] * 0.4)
         want = ids[keep][np.argsort(-s)[:10]]
         assert got.tolist() == want.tolist()
         np.testing.assert_allclose(scores, np.sort(s)[::-1][:10], rtol=1e-5)
