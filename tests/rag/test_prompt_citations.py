@@ -1,0 +1,76 @@
+"""Prompt layout (cache-friendly prefix, dropping passages to fit) and citation checking."""
+
+from __future__ import annotations
+
+import pytest
+
+from rag import prompt as P
+from rag.answer import Passage
+from rag.citations import MarkerFilter, attribute, resolve_markers
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from inference.model_loader import resolve_model_dir
+
+    return AutoTokenizer.from_pretrained(resolve_model_dir("smollm2"))
+
+
+def passages(n: int, words: int = 60) -> list[Passage]:
+    return [Passage(marker=i + 1, chunk_id=f"c{i}", doc_id=f"d{i}", text=" ".join([f"fact{i}"] * words),
+                    score=1.0 / (i + 1), title=f"T{i}", source=f"/docs/{i}.md") for i in range(n)]
+
+
+def test_system_prompt_is_a_byte_stable_prefix(tokenizer):
+    cfg = P.PromptConfig()
+    head = P.system_prefix(cfg, tokenizer)
+    a = P.build(cfg, tokenizer, "first question?", passages(2), 4096)
+    b = P.build(cfg, tokenizer, "another one entirely", passages(3), 4096)
+    assert a.text.startswith(head) and b.text.startswith(head)
+    n = a.system_tokens
+    assert a.token_ids[:n] == b.token_ids[:n]  # same tokens: the prefix cache can serve them
+    assert a.text.index("[1] T0") < a.text.index("Question: first question?")
+
+
+def test_lowest_ranked_passages_are_dropped_to_fit(tokenizer):
+    cfg = P.PromptConfig()
+    full = P.build(cfg, tokenizer, "q?", passages(5), 100_000)
+    budget = len(full.token_ids) - 100
+    fit = P.build(cfg, tokenizer, "q?", passages(5), budget)
+    assert len(fit.token_ids) <= budget
+    assert [p.chunk_id for p in fit.passages] == ["c0", "c1", "c2", "c3"]
+    assert [p.chunk_id for p in fit.dropped] == ["c4"]
+    assert cfg.system_text() in fit.text  # never truncated
+
+
+def test_prompt_too_long_is_a_clear_error(tokenizer):
+    with pytest.raises(P.PromptTooLong, match="max_model_len"):
+        P.build(P.PromptConfig(), tokenizer, "why " * 500, passages(2), 300)
+
+
+def test_resolve_markers_drops_dangling_ones():
+    ps = passages(2)
+    text, cites, removed = resolve_markers("A [1]. B [3]. C [2, 7].", ps)
+    assert text == "A [1]. B. C [2]." and removed == 2
+    assert [c.marker for c in cites] == [1, 2] and cites[0].doc_id == "d0"
+
+
+def test_marker_filter_streams_exactly_the_checked_text():
+    f = MarkerFilter({1, 2})
+    deltas = [" Paris is", " big [", "1]", " and [3", "] [x] [2,9].", " ["]
+    out = "".join(f.feed(d) for d in deltas) + f.flush()
+    assert out == f.text == "Paris is big [1] and  [x] [2]. ["
+    assert f.used == [1, 2] and f.removed == 2
+
+
+def test_attribution_by_overlap_english_and_chinese():
+    ps = [Passage(1, "a", "da", "Velmora is the capital of Zarnovia.", 1.0),
+          Passage(2, "b", "db", "台北是台灣的首都。", 0.5)]
+    _, cites = attribute("The capital of Zarnovia is Velmora.", ps)
+    assert [c.marker for c in cites] == [1] and cites[0].inferred
+    _, cites = attribute("台灣的首都是台北。", ps)
+    assert [c.marker for c in cites] == [2]
+    _, cites = attribute("Something unrelated entirely.", ps)
+    assert cites == []
