@@ -118,9 +118,10 @@ class Pipeline:
 
     # ---- answering ----------------------------------------------------------------------
     def ask(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
-            **sampling: Any) -> Answer:
+            passages: list[str] | None = None, **sampling: Any) -> Answer:
         answer = None
-        for item in self.stream(question, filters=filters, collection=collection, k=k, **sampling):
+        for item in self.stream(question, filters=filters, collection=collection, k=k, passages=passages,
+                                **sampling):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None
@@ -136,15 +137,28 @@ class Pipeline:
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [question]))
         passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
+        if _below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+            passages = []
+        return self._prompt_for(answer, passages, t0, sampling)
+
+    def prepare_given(self, question: str, texts: list[str], **sampling: Any):
+        """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
+        self._check_question(question)
+        t0 = time.perf_counter()
+        passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
+                    for i, t in enumerate(texts)]
+        return self._prompt_for(Answer(question=question, text="", queries=[question]), passages, t0, sampling)
+
+    def _prompt_for(self, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any]):
+        question = answer.question
         if self.compressor is not None and passages:
             t1 = time.perf_counter()
             comp = self.compressor.compress(question, [p.text for p in passages])
             passages = [dataclasses.replace(p, text=t) for p, t in zip(passages, comp.contexts) if t]
             answer.compression = comp.stats()
             answer.timings_ms["compress"] = _ms(t1)
-        if not passages or _below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+        if not passages:
             answer.text, answer.refused = self.cfg.prompt.refusal, True
-            answer.passages = passages
             answer.timings_ms["total"] = _ms(t0)
             return answer, None, None
         gen = self.generator
@@ -157,10 +171,11 @@ class Pipeline:
         return answer, built, params
 
     def stream(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
-               **sampling: Any) -> Iterator[str | Answer]:
-        """Text deltas as they are generated, then the final `Answer`."""
+               passages: list[str] | None = None, **sampling: Any) -> Iterator[str | Answer]:
+        """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval."""
         t0 = time.perf_counter()
-        answer, built, params = self.prepare(question, filters, collection, k, **sampling)
+        answer, built, params = (self.prepare(question, filters, collection, k, **sampling) if passages is None
+                                 else self.prepare_given(question, passages, **sampling))
         if built is None:
             yield answer.text
             yield answer

@@ -27,6 +27,20 @@ def register(sub) -> None:
     a.add_argument("--ks", default="1,3,5,10,100")
     a.add_argument("--out", metavar="DIR", help="results, caches and report (default: <storage>/ablations/...)")
     a.set_defaults(func=run_ablate)
+    g = esub.add_parser("rgb", help="RGB noise robustness / rejection / counterfactual runs with given passages")
+    _common(g, "")
+    g.add_argument("--noise-rate", type=float, default=0.0, help="share of noise passages among the n given")
+    g.add_argument("--passages", type=int, default=5)
+    g.add_argument("--counterfactual", action="store_true", help="the file holds counterfactual passages")
+    g.set_defaults(func=run_rgb)
+    q2 = esub.add_parser("generate-qa", help="build a QA set from your own corpus with the engine (no labels needed)")
+    add_config_args(q2)
+    q2.add_argument("--corpus", metavar="FILE", help="a corpus.jsonl; default: the documents of --collection in the store")
+    q2.add_argument("--collection", default="default")
+    q2.add_argument("--out", required=True, metavar="DIR", help="writes a BEIR + QA dataset here")
+    q2.add_argument("--n", type=int, default=50, help="questions to keep")
+    q2.add_argument("--seed", type=int, default=0)
+    q2.set_defaults(func=run_generate_qa)
 
 
 def _common(p: argparse.ArgumentParser, split: str) -> None:
@@ -129,6 +143,77 @@ def run_ablate(args: argparse.Namespace) -> int:
         from eval.ablation import save_results
 
         save_results(results, args.json)
+    return 0
+
+
+def run_rgb(args: argparse.Namespace) -> int:
+    from eval.datasets import load_rgb
+    from eval.rgb_eval import evaluate_rgb
+
+    from ..pipeline import Pipeline
+
+    items = load_rgb(args.dataset, args.limit, args.sample, args.seed)
+    pipe = Pipeline.from_config(config_from(args))
+    try:
+        res = evaluate_rgb(items, lambda q, texts: pipe.ask(q, passages=texts), noise_rate=args.noise_rate,
+                           n_passages=args.passages, seed=args.seed, counterfactual=args.counterfactual,
+                           progress=not args.no_progress, dataset=Path(args.dataset).stem,
+                           name=f"noise={args.noise_rate}")
+    finally:
+        pipe.close()
+    _finish(res, args)
+    return 0
+
+
+def run_generate_qa(args: argparse.Namespace) -> int:
+    from eval.datasets import CorpusDoc, load_corpus
+    from eval.qa_generate import QAGenConfig, generate_qa, write_qa_dataset
+
+    from ..pipeline import Pipeline
+
+    cfg = config_from(args)
+    pipe = Pipeline.from_config(cfg)
+    try:
+        if args.corpus:
+            corpus = load_corpus(args.corpus)
+        else:
+            corpus = {}
+            for d in pipe.store.list_documents(args.collection):
+                full = pipe.store.get_document(d["doc_id"], args.collection)
+                corpus[d["doc_id"]] = CorpusDoc(d["doc_id"], full["text"], d["title"], d["metadata"])
+        if not corpus:
+            print("error: no documents to ask about (index some, or pass --corpus)", file=sys.stderr)
+            return 1
+        import json as _json
+
+        from inference.sampling_params import SamplingParams
+        from inference.structured import JsonSchemaLogitsProcessor
+
+        schema = {"type": "object", "properties": {"question": {"type": "string", "maxLength": 200},
+                                                   "answer": {"type": "string", "maxLength": 80}}}
+
+        def generate(prompts: list[str]) -> list[str]:
+            # JSON-constrained so every reply parses; turned back into the "Question/Answer" form.
+            tok = pipe.generator.tokenizer
+            chats = [tok.apply_chat_template([{"role": "user", "content": p + '\nReply as JSON {"question": '
+                                                                          '"...", "answer": "..."}.'}],
+                                             tokenize=False, add_generation_prompt=True) for p in prompts]
+            params = [SamplingParams(temperature=0.0, max_tokens=120, logits_processors=[
+                JsonSchemaLogitsProcessor(schema, tok, max_tokens=120)]) for _ in prompts]
+            out = []
+            for o in pipe.generator.generate(chats, params):
+                try:
+                    d = _json.loads(o.text)
+                    out.append(f"Question: {d['question']}\nAnswer: {d['answer']}")
+                except (ValueError, KeyError):
+                    out.append(o.text)
+            return out
+
+        res = generate_qa(corpus, generate, QAGenConfig(n_questions=args.n, seed=args.seed))
+        path = write_qa_dataset(args.out, corpus, res.items)
+    finally:
+        pipe.close()
+    print(f"kept {len(res.items)} question(s) from {res.n_prompts} passage(s); dropped {res.dropped}; wrote {path}")
     return 0
 
 

@@ -66,3 +66,10 @@ def test_question_limits(pipeline):
         pipeline.ask("   ")
     with pytest.raises(ValueError, match="max_question_chars"):
         pipeline.ask("why " * 1000)
+
+
+def test_given_passages_skip_retrieval(pipeline):
+    answer = pipeline.ask("What colour is the Brindle tram?",
+                          passages=["The Brindle tram is painted bright orange.", "Trams run every ten minutes."])
+    assert [p.chunk_id for p in answer.passages] == ["given-1", "given-2"]
+    assert "retrieve" not in answer.timings_ms and "orange" in answer.text.lower()
