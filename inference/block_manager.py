@@ -117,6 +117,13 @@ class BlockManager:
         seq.num_computed_tokens = len(hashes) * bs
         return seq.num_computed_tokens
 
+    def is_cached(self, first_block_tokens: list[int]) -> bool:
+        """Is a block holding exactly these leading tokens in the prefix cache?"""
+        if len(first_block_tokens) < self.block_size:
+            return False
+        bid = self.hash_to_block.get(block_hash(None, first_block_tokens))
+        return bid is not None and self.blocks[bid].token_ids == tuple(first_block_tokens)
+
     def record_query(self, num_prompt_tokens: int, num_hit: int) -> None:
         self.query_tokens += num_prompt_tokens
         self.hit_tokens += num_hit

@@ -66,6 +66,8 @@ class Scheduler:
         step turns it into a prefix-cache hit and lets their decodes share it (cascade attention)."""
         if not self.bm.caching or seq.first_block_key is None:
             return False
+        if self.bm.is_cached(seq.token_ids[: self.bm.block_size]):
+            return False  # the prefix is already cached: admit now and share it
         return any(r.first_block_key == seq.first_block_key and r.num_uncomputed > 1 for r in self.running)
 
     def schedule(self) -> ScheduledBatch:
