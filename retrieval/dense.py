@@ -94,7 +94,10 @@ class DenseIndex:
             raise ValueError(f"expected vectors of dim {self.dim}, got {vecs.shape}")
         if len(ids) == 0:
             return
-        self.remove(ids)  # replace semantics, like the store's upsert
+        if self.ntotal:
+            present = ids[np.isin(ids, self.ids())]
+            if len(present):
+                self.remove(present)  # replace semantics, like the store's upsert
         self.index.add_with_ids(vecs, ids)
         self._gpu = None
         want = self._wanted_kind(self.ntotal)
