@@ -103,3 +103,13 @@ def test_priority_runs_first(llm):
     finally:
         eng.scheduler.max_num_seqs = old
     assert outs_order == [high, low]
+
+
+def test_concurrent_same_prefix_computed_once(llm, greedy):
+    """Requests arriving together with a shared uncached prefix: one computes it, the rest wait a
+    step and hit the cache instead of computing (and storing) copies of it."""
+    llm.clear_prefix_cache()
+    bs = llm.engine.bm.block_size
+    prefix = _ids(4 * bs, 4000)
+    outs = llm.generate([prefix + [21 + i, 22, 23] for i in range(4)], greedy(2))
+    assert sorted(o.metrics.cached_prompt_tokens for o in outs) == [0, 4 * bs, 4 * bs, 4 * bs]
