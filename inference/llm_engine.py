@@ -80,6 +80,13 @@ class LLMEngine:
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, priority: int = 0,
                     arrival_time: float | None = None) -> str:
+        return self.submit(self.prepare_request(prompt, params, request_id, priority, arrival_time))
+
+    def prepare_request(self, prompt: str | list[int], params: SamplingParams | None = None,
+                        request_id: str | None = None, priority: int = 0,
+                        arrival_time: float | None = None) -> RequestState:
+        """Tokenise and validate without touching engine state (safe from another thread), so
+        bad requests fail in the caller and the stepping thread only ever sees good ones."""
         params = params or SamplingParams()
         if isinstance(prompt, str):
             text, ids = prompt, self.tokenizer.encode(prompt)
@@ -96,16 +103,19 @@ class LLMEngine:
             raise ValueError(f"request needs {need} KV blocks ({max_total} tokens) but the pool only has "
                              f"{self.bm.num_blocks} blocks ({self.num_kv_tokens} tokens); it can never run")
         request_id = request_id or f"req-{next(_req_ids)}"
-        if request_id in self.requests:
-            raise ValueError(f"duplicate request_id {request_id!r}")
         seq = Sequence(request_id, ids, params, priority=priority,
                        arrival_time=arrival_time if arrival_time is not None else time.monotonic())
         self._seed(seq)
-        self.requests[request_id] = RequestState(request_id, text, seq, self.tokenizer,
-                                                 self.eos_token_ids, self.max_model_len)
+        return RequestState(request_id, text, seq, self.tokenizer, self.eos_token_ids, self.max_model_len)
+
+    def submit(self, state: RequestState) -> str:
+        if state.request_id in self.requests:
+            raise ValueError(f"duplicate request_id {state.request_id!r}")
+        self.requests[state.request_id] = state
+        seq = state.seqs[0]
         self.scheduler.add(seq)
-        self.total_prompt_tokens += len(ids)
-        return request_id
+        self.total_prompt_tokens += seq.num_prompt_tokens
+        return state.request_id
 
     def _seed(self, seq: Sequence) -> None:
         if seq.params.greedy:

@@ -48,7 +48,12 @@ def test_abort_and_early_exit(aengine, prompts):
         async for _ in leaver:
             break
         await leaver.aclose()  # leaving early aborts the request
-        await asyncio.sleep(0.05)
+        with pytest.raises(ValueError, match="max_model_len"):  # bad requests fail in the caller
+            aengine.add_request([7] * (aengine.engine.max_model_len + 5))
+        for _ in range(400):  # aborts are applied by the stepping thread before its next step
+            if not aengine.engine.requests:
+                break
+            await asyncio.sleep(0.05)
         return rest
 
     rest = asyncio.run(main())
