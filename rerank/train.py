@@ -83,7 +83,8 @@ def _run(trainer, cfg: TrainConfig, ckpt_dir: Path) -> None:
 
 def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int, t0: float, steps: int) -> dict:
     info = {"kind": kind, "base": cfg.base, "datasets": cfg.datasets, "split": cfg.split, "train_rows": n_train,
-            "steps": steps, "seed": cfg.seed, "mine": cfg.mine, "negatives": cfg.negatives,
+            "steps": steps, "seed": cfg.seed, "mine": cfg.mine,
+            "negatives": cfg.negatives if kind == "cross-encoder" else 1,
             "max_length": cfg.max_length, "wall_s": round(time.time() - t0, 1)}
     (out / "training.json").write_text(json.dumps(info, indent=2))
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # optimizer states are 3x the model; the run is done
@@ -139,12 +140,14 @@ def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
                              cfg.seed, cfg.pool, cfg.max_queries)
     data = Dataset.from_dict(as_triplets(examples))
     model = SentenceTransformer(cfg.base)
+    serve_length = model.max_seq_length  # train short for speed, serve at the base model's window
     model.max_seq_length = cfg.max_length
     args = _training_args(SentenceTransformerTrainingArguments, cfg, ckpt_dir,
                           batch_sampler=BatchSamplers.NO_DUPLICATES)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
                                          loss=MultipleNegativesRankingLoss(model))
     _run(trainer, cfg, ckpt_dir)
+    model.max_seq_length = max(serve_length, cfg.max_length)
     model.save_pretrained(str(out))
     return _finish(cfg, out, ckpt_dir, "embedder", len(data), t0, trainer.state.global_step)
 

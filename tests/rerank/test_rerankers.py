@@ -101,3 +101,17 @@ def test_batching_equals_unbatched(tiny_cross_encoder, minilm_embedder):
     whole = bi.score("honey bees", passages)
     split = np.concatenate([bi.score("honey bees", passages[:5]), bi.score("honey bees", passages[5:])])
     np.testing.assert_allclose(whole, split, atol=1e-5)
+
+
+def test_llm_reranker_scores_with_shared_prefix():
+    """P(yes) scores from the in-process engine; prompts put the instruction first, so the engine's
+    prefix cache serves it to every later candidate and query."""
+    pytest.importorskip("inference")
+    r = build_reranker({"type": "llm", "max_length": 64})
+    r.rank(EN_QUERY, candidates(EN_PASSAGES))
+    before = r.engine.stats().get("prefix_cache_hits", 0)
+    ranked = r.rank(ZH_QUERY, candidates(ZH_PASSAGES))
+    scores = [c.score for c in ranked]
+    assert len(ranked) == 3 and all(0.0 < s < 1.0 for s in scores) and scores == sorted(scores, reverse=True)
+    assert r.engine.stats().get("prefix_cache_hits", 0) > before  # the shared prefix was computed once
+    assert r.to_config()["type"] == "llm"

@@ -49,3 +49,29 @@ def test_loader_mining_and_ndcg(tmp_path):
     perfect = {q: {next(iter(r)): 1.0} for q, r in data.qrels.items()}
     assert ndcg_at_k(perfect, data.qrels) == pytest.approx(1.0)
     assert 0.0 < ndcg_at_k(run, data.qrels) <= 1.0
+
+
+def test_qa_format_reads_gold_doc_ids(tmp_path):
+    root = tmp_path / "qa_set"
+    (root / "qa").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "p1", "title": "", "text": "水的沸点是一百度。"},
+                                                  ensure_ascii=False) + "\n")
+    rows = [{"id": "a", "question": "水的沸点是多少？", "answers": ["一百度"], "is_impossible": False,
+             "gold_doc_id": "p1"},
+            {"id": "b", "question": "无法回答", "answers": [], "is_impossible": True, "gold_doc_id": None}]
+    (root / "qa" / "dev.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    data = load_beir(root, "dev")
+    assert data.queries == {"a": "水的沸点是多少？"} and data.positives("a") == ["p1"]
+
+
+def test_embedder_fine_tune_saves_a_loadable_model(tiny_beir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from rerank.train import train_embedder
+
+    out = tmp_path / "emb"
+    info = train_embedder(TrainConfig(datasets=[str(tiny_beir)], out=str(out), mine="bm25", max_steps=2,
+                                      batch_size=4, max_length=48, progress=False))
+    assert info["kind"] == "embedder" and info["steps"] == 2 and info["train_rows"] == len(DOCS)
+    vecs = SentenceTransformer(str(out)).encode(["honey bees", "蜜蜂"])
+    assert vecs.shape == (2, 384) and np.isfinite(vecs).all()
