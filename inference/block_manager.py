@@ -49,6 +49,10 @@ class BlockManager:
         self.num_used = 0
         self.live_slots = 0
         self.pending_copies: list[tuple[int, int]] = []
+        # blocks handed out for the first time: their pool memory is uninitialised and must be
+        # zeroed before use (padded attention reads stale slots; garbage NaNs would leak through)
+        self.high_water = 0
+        self.pending_zero: list[int] = []
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
@@ -89,8 +93,16 @@ class BlockManager:
             b.hash, b.parent_hash, b.token_ids = None, None, None
             self.evictions += 1
         b.filled = 0
+        self.mark_touched(b.block_id, zero=True)
         self._ref(b)
         return b
+
+    def mark_touched(self, block_id: int, zero: bool) -> None:
+        """Fresh ids are handed out in ascending order; zero each one's memory on first use
+        unless the caller is about to overwrite the whole block (prefix-cache restore)."""
+        if block_id >= self.high_water:
+            self.pending_zero.extend(range(self.high_water, block_id + int(zero)))
+            self.high_water = block_id + 1
 
     # ---- sequence lifecycle -----------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> int:
@@ -200,6 +212,10 @@ class BlockManager:
         child.num_computed_tokens = parent.num_computed_tokens
         child.block_hashes = list(parent.block_hashes)
         child.num_hashed_blocks = parent.num_hashed_blocks
+
+    def take_zeroes(self) -> list[int]:
+        out, self.pending_zero = self.pending_zero, []
+        return out
 
     def take_copies(self) -> list[tuple[int, int]]:
         out, self.pending_copies = self.pending_copies, []

@@ -43,10 +43,11 @@ class LayerKVCache:
         self.dtype = dtype
         shape = (num_blocks, block_size, kv_heads, head_dim)
         store = torch.int8 if int8 else dtype
-        # zeros, not empty: padded attention reads masked slots, and garbage NaNs would leak
-        # through the zero attention weights (0 * NaN = NaN)
-        self.k = torch.zeros(shape, dtype=store, device=device)
-        self.v = torch.zeros(shape, dtype=store, device=device)
+        # empty, not zeros: a large CPU pool then costs RAM only as blocks get used. Each block
+        # is zeroed when first handed out (`zero_blocks`), since padded attention reads masked
+        # slots and garbage NaNs would leak through zero attention weights (0 * NaN = NaN).
+        self.k = torch.empty(shape, dtype=store, device=device)
+        self.v = torch.empty(shape, dtype=store, device=device)
         if int8:
             self.k_scale = torch.zeros(num_blocks, kv_heads, dtype=torch.float32, device=device)
             self.v_scale = torch.zeros(num_blocks, kv_heads, dtype=torch.float32, device=device)
@@ -103,6 +104,10 @@ class LayerKVCache:
             kf = (kf.float() * self.k_scale.index_select(0, flat)[:, None, :, None]).to(self.dtype)
             vf = (vf.float() * self.v_scale.index_select(0, flat)[:, None, :, None]).to(self.dtype)
         return kf.view(b, nb * self.block_size, *kf.shape[2:]), vf.view(b, nb * self.block_size, *vf.shape[2:])
+
+    def zero_blocks(self, ids: torch.Tensor) -> None:
+        self.k.index_fill_(0, ids, 0)
+        self.v.index_fill_(0, ids, 0)
 
     def copy_block(self, src: int, dst: int) -> None:
         self.k[dst].copy_(self.k[src])

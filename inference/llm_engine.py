@@ -146,6 +146,7 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch.empty:
             return []
+        self.runner.zero_blocks(self.bm.take_zeroes())
         self.runner.copy_blocks(self.bm.take_copies())
         prev = [s.num_computed_tokens for s in batch.seqs]
         logits, owners = self.runner.run(batch)

@@ -41,6 +41,12 @@ class ModelRunner:
             self.graphs.capture()
         self._arange = torch.arange(block_size, device=device)
 
+    def zero_blocks(self, ids: list[int]) -> None:
+        if ids:
+            t = torch.tensor(ids, dtype=torch.long, device=self.device)
+            for c in self.caches:
+                c.zero_blocks(t)
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         for src, dst in pairs:
             for c in self.caches:

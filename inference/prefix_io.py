@@ -53,6 +53,7 @@ def load_prefix_cache(engine, path: str | os.PathLike) -> int:
         if h in bm.hash_to_block or not bm.free_ids:
             continue
         bid = bm.free_ids.popleft()
+        bm.mark_touched(bid, zero=False)  # fully overwritten below
         b = bm.blocks[bid]
         b.hash, b.parent_hash, b.token_ids = h, data["parents"][j], tuple(data["token_ids"][j])
         b.filled = bm.block_size
