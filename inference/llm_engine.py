@@ -182,6 +182,10 @@ class LLMEngine:
                 if state.on_token(s, tok):
                     self.scheduler.remove(s)
                     s.status = Status.FINISHED
+                elif s.needs_shift:
+                    s.needs_shift = False
+                    self.scheduler.requeue(s)  # free first: block hashes describe the old tokens
+                    s.shift_context(s.params.context_shift_keep)
                 touched[s.request_id] = state
         outs = []
         for rid, state in touched.items():

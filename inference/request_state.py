@@ -61,9 +61,13 @@ class RequestState:
                     seq.text = seq.text[:cut]
                     seq.finish_reason, seq.stop_reason = "stop", stop
                     break
-        if seq.finish_reason is None and (seq.num_output_tokens >= p.max_tokens
-                                          or len(seq.token_ids) >= self.max_model_len):
+        if seq.finish_reason is None and seq.num_output_tokens >= p.max_tokens:
             seq.finish_reason = "length"
+        elif seq.finish_reason is None and len(seq.token_ids) >= self.max_model_len:
+            if p.context_shift_keep is None:
+                seq.finish_reason = "length"
+            else:
+                seq.needs_shift = True  # the engine shifts the context and recomputes
         if seq.finish_reason is not None:
             if not isinstance(seq.stop_reason, str):  # a stop string already cut the text
                 detok.flush()

@@ -34,6 +34,9 @@ class SamplingParams(BaseModel):
     candidate_token_ids: list[int] | None = None
     logits_processors: list[LogitsProcessor] = Field(default_factory=list)
     skip_special_tokens: bool = True
+    # Context shift (llama.cpp --keep): when the context is full, keep the first N tokens
+    # (-1: the whole prompt), drop half of the rest and go on instead of stopping at max_model_len.
+    context_shift_keep: int | None = Field(None, ge=-1)
 
     @model_validator(mode="before")
     @classmethod

@@ -52,12 +52,16 @@ class Scheduler:
         self.bm.free(seq)
 
     def _preempt(self, victim: Sequence) -> None:
-        self.running.remove(victim)
-        self.bm.free(victim)
-        victim.status = Status.WAITING
+        self.requeue(victim)
         victim.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.append(victim)
+
+    def requeue(self, seq: Sequence) -> None:
+        """Free a running sequence's blocks and put it back in the queue to be recomputed."""
+        self.running.remove(seq)
+        self.bm.free(seq)
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
         self.waiting.sort(key=lambda s: s.sort_key)
 
     def _prefix_in_flight(self, seq: Sequence) -> bool:

@@ -55,6 +55,9 @@ class Sequence:
         # cheap "probably shares a cached prefix with" key: the first 16 prompt tokens
         head = self.prompt_token_ids[:16]
         self.first_block_key = tuple(head) if len(self.prompt_token_ids) > 16 else None
+        self.shifted_out: list[int] = []  # output tokens dropped from the context by a shift
+        self.num_shifts = 0
+        self.needs_shift = False
         self.text = ""  # detokenised output so far
         self.emitted_text_len = 0
 
@@ -63,11 +66,31 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.shifted_out + self.token_ids[self.num_prompt_tokens:]
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return len(self.shifted_out) + len(self.token_ids) - self.num_prompt_tokens
+
+    def shift_context(self, keep: int) -> int:
+        """Drop half of the tokens after the first `keep` (context shift); returns how many.
+
+        Dropped output tokens stay in `output_token_ids` (they were generated and returned) but
+        leave the context. The caller frees the blocks first; everything is recomputed, the kept
+        prefix from the prefix cache.
+        """
+        n = len(self.token_ids)
+        keep = max(0, min(self.num_prompt_tokens if keep < 0 else keep, n - 2))
+        discard = max(1, (n - keep) // 2)
+        end = keep + discard
+        self.shifted_out += self.token_ids[max(keep, self.num_prompt_tokens):end]
+        self.num_prompt_tokens -= max(0, min(self.num_prompt_tokens, end) - keep)
+        self.token_ids = self.token_ids[:keep] + self.token_ids[end:]
+        self.num_computed_tokens = 0
+        self.block_hashes = []
+        self.num_hashed_blocks = 0
+        self.num_shifts += 1
+        return discard
 
     @property
     def num_uncomputed(self) -> int:

@@ -165,6 +165,8 @@ class Pipeline:
         params = self.cfg.generator.sampling.params(**sampling)
         budget = gen.max_model_len - params.max_tokens
         built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget)
+        if self.cfg.generator.context_shift:
+            params.context_shift_keep = built.system_tokens
         answer.passages = built.passages
         answer.dropped_passages = [p.chunk_id for p in built.dropped]
         answer.timings_ms["prepare"] = _ms(t0)
