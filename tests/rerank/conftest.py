@@ -20,7 +20,7 @@ def tiny_cross_encoder(tiny_beir, tmp_path_factory) -> tuple[Path, dict]:
     from rerank.train import TrainConfig, train_cross_encoder
 
     out = tmp_path_factory.mktemp("tiny_ce")
-    cfg = TrainConfig(datasets=[str(tiny_beir)], out=str(out), mine="bm25", negatives=3, epochs=8,
+    cfg = TrainConfig(datasets=[str(tiny_beir)], out=str(out), mine="bm25", negatives=3, epochs=16,
                       batch_size=8, lr=1e-4, warmup_ratio=0.1, max_length=64, save_steps=20, seed=42,
                       progress=False)
     return out, train_cross_encoder(cfg)
