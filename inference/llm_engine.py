@@ -88,6 +88,12 @@ class LLMEngine:
         """Tokenise and validate without touching engine state (safe from another thread), so
         bad requests fail in the caller and the stepping thread only ever sees good ones."""
         params = params or SamplingParams()
+        if params.json_schema is not None:
+            from inference.structured import JsonSchemaLogitsProcessor
+
+            proc = JsonSchemaLogitsProcessor(params.json_schema, self.tokenizer, max_tokens=params.max_tokens)
+            params = params.model_copy(update={"json_schema": None,
+                                               "logits_processors": [*params.logits_processors, proc]})
         if isinstance(prompt, str):
             text, ids = prompt, self.tokenizer.encode(prompt)
         else:

@@ -33,6 +33,8 @@ class SamplingParams(BaseModel):
     # logprobs of these tokens as the next token after the prompt (e.g. P("yes") for a reranker)
     candidate_token_ids: list[int] | None = None
     logits_processors: list[LogitsProcessor] = Field(default_factory=list)
+    # Constrained decoding (like llama.cpp's json_schema field): the engine adds the processor.
+    json_schema: dict[str, Any] | None = None
     skip_special_tokens: bool = True
     # Context shift (llama.cpp --keep): when the context is full, keep the first N tokens
     # (-1: the whole prompt), drop half of the rest and go on instead of stopping at max_model_len.

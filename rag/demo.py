@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(item, end="", flush=True)
                 else:
                     answer = item
-            print(f"\n   (final, with citations checked): {answer.text}")
+            print()
             print_sources(answer)
     finally:
         pipe.close()

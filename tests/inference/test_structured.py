@@ -106,3 +106,15 @@ def test_budget_closes_the_document_in_time(tokenizer):
                 break
             ids.append(nxt)
         assert json.loads(tokenizer.decode(ids))["queries"]
+
+
+def test_sampling_params_json_schema_through_the_engine(engine_factory):
+    from inference import SamplingParams
+
+    llm = engine_factory()
+    schema = {"type": "object", "properties": {"colors": {"type": "array", "items": {"type": "string",
+              "maxLength": 15}, "minItems": 2, "maxItems": 3}}}
+    out = llm.chat([{"role": "user", "content": "Name three colors as JSON."}],
+                   SamplingParams(temperature=0, max_tokens=40, json_schema=schema))[0]
+    data = json.loads(out.text)
+    assert 2 <= len(data["colors"]) <= 3
