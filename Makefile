@@ -46,6 +46,10 @@ serve: install
 bench: install
 	$(BIN)/python bench/chunking.py
 	$(BIN)/python bench/bm25.py
+	$(BIN)/python bench/retrieval_latency.py --quick
+	$(BIN)/python bench/engine.py --quick
+	$(BIN)/python bench/reranking.py
+	$(BIN)/python bench/server_load.py --clients 8 --seconds 30
 
 lint: install
 	$(BIN)/ruff check .
