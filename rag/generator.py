@@ -76,13 +76,18 @@ class Generator:
 
     def stream(self, prompt: str | list[int], params: Any) -> Iterator:
         """Incremental outputs; closing the iterator early aborts the request."""
+        return self.iterate(self.astream(prompt, params))
+
+    def iterate(self, agen: AsyncIterator) -> Iterator:
+        """Drive an async iterator on the bridge loop and yield its items here, in sync code.
+        Closing the returned iterator early closes the async one (aborting its requests)."""
         q: queue.Queue = queue.Queue()
         done = object()
 
         async def pump():
             try:
-                async for out in self.astream(prompt, params):
-                    q.put(out)
+                async for item in agen:
+                    q.put(item)
             except BaseException as e:  # surfaced to the caller below
                 q.put(e)
             finally:

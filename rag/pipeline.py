@@ -175,31 +175,25 @@ class Pipeline:
     def stream(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
                passages: list[str] | None = None, **sampling: Any) -> Iterator[str | Answer]:
         """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval."""
-        t0 = time.perf_counter()
-        answer, built, params = (self.prepare(question, filters, collection, k, **sampling) if passages is None
-                                 else self.prepare_given(question, passages, **sampling))
-        if built is None:
-            yield answer.text
-            yield answer
-            return
-        markers = MarkerFilter({p.marker for p in answer.passages})
-        last = None
-        for out in self.generator.stream(built.token_ids, params):
-            last = out
-            if delta := markers.feed(out.outputs[0].delta_text):
-                yield delta
-        if tail := markers.flush():
-            yield tail
-        yield self.finish(answer, last, markers, t0)
+        if passages is None and self._generator is None:
+            # Retrieval errors (bad filters, long questions) surface before any model is loaded.
+            self._check_question(question)
+        return self.generator.iterate(self.astream(question, filters, collection, k, passages=passages,
+                                                   **sampling))
 
     async def astream(self, question: str, filters: Any = None, collection: str | None = None,
-                      k: int | None = None, request_id: str | None = None, **sampling: Any):
-        """`stream` for the server: retrieval in a worker thread, generation on the caller's loop
-        (so a client that goes away cancels the request and frees its KV blocks)."""
+                      k: int | None = None, request_id: str | None = None, passages: list[str] | None = None,
+                      **sampling: Any):
+        """Retrieval in a worker thread, generation on the caller's loop (so a client that goes
+        away cancels the request and frees its KV blocks); deltas, then the final `Answer`."""
         import asyncio
 
         t0 = time.perf_counter()
-        answer, built, params = await asyncio.to_thread(self.prepare, question, filters, collection, k, **sampling)
+        if passages is None:
+            prep = await asyncio.to_thread(self.prepare, question, filters, collection, k, **sampling)
+        else:
+            prep = await asyncio.to_thread(self.prepare_given, question, passages, **sampling)
+        answer, built, params = prep
         if built is None:
             yield answer.text
             yield answer
