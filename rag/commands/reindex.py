@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 
 from ..app import build_retriever, open_store
 from ._common import command, config_from
@@ -17,10 +16,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     with open_store(cfg) as store:
-        colls = [args.collection] if args.collection else store.collections()
-        for c in colls:
-            shutil.rmtree(cfg.storage_path / "indexes" / c, ignore_errors=True)
         retriever = build_retriever(cfg, store)
-        for c in colls:
-            print(f"{c}: {retriever.sync(c)}")
+        for c in [args.collection] if args.collection else store.collections():
+            for name, stats in retriever.reindex(c).items():
+                print(f"{name}: {stats}")
     return 0
