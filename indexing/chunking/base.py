@@ -84,6 +84,13 @@ class Chunker(ABC):
         self.limit = counter.budget if limit is None else limit
         self.reserve_title = reserve_title
 
+    def use_spec(self, spec) -> None:
+        """Common setup of the windowed chunkers: name, target size within the token limit."""
+        self.spec = spec
+        self.granularity = spec.granularity
+        self.size = min(spec.chunk_size, self.limit)
+        self.limit = max(self.limit, self.size)
+
     def size_for(self, doc: Document, size: int) -> int:
         """Content tokens for this document's chunks: `size`, less what the title takes when the
         retriever prepends it ("title\ntext") and the two would not fit the embedder together."""

@@ -24,10 +24,7 @@ class RecursiveChunker(Chunker):
     def __init__(self, spec: RecursiveSpec, counter: TokenCounter, limit: int | None = None,
                  reserve_title: bool = False):
         super().__init__(counter, limit, reserve_title)
-        self.spec = spec
-        self.granularity = spec.granularity
-        self.size = min(spec.chunk_size, self.limit)
-        self.limit = max(self.limit, self.size)
+        self.use_spec(spec)
         self.overlap = min(spec.overlap, self.size - 1)
         self.separators = spec.separators or RECURSIVE_SEPARATORS
         self.regex = spec.separators_are_regex if spec.separators else True

@@ -17,10 +17,7 @@ class SlidingChunker(Chunker):
     def __init__(self, spec: SlidingSpec, counter: TokenCounter, limit: int | None = None,
                  reserve_title: bool = False):
         super().__init__(counter, limit, reserve_title)
-        self.spec = spec
-        self.granularity = spec.granularity
-        self.size = min(spec.chunk_size, self.limit)
-        self.limit = max(self.limit, self.size)
+        self.use_spec(spec)
 
     def spans(self, doc: Document, tokens: DocTokens, size: int | None = None) -> list[tuple[int, int]]:
         size = size or self.size
