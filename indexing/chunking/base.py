@@ -91,6 +91,16 @@ class Chunker(ABC):
         self.size = min(spec.chunk_size, self.limit)
         self.limit = max(self.limit, self.size)
 
+    def chunk_sized(self, docs: list[Document], tokens: list[DocTokens] | None, spans_of) -> list[list[Chunk]]:
+        """Batch driver of the windowed chunkers: per-document size (title room), raw spans from
+        `spans_of(doc, tokens, size)`, then the hard token limit."""
+        texts = [d.text for d in docs]
+        tokens = tokens or self.counter.doc_tokens_many(texts)
+        sizes = [self.size_for(d, self.size) for d in docs]
+        raw = [spans_of(d, t, n) for d, t, n in zip(docs, tokens, sizes, strict=True)]
+        spans = self.enforce_limits(texts, raw, sizes, tokens)
+        return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]
+
     def size_for(self, doc: Document, size: int) -> int:
         """Content tokens for this document's chunks: `size`, less what the title takes when the
         retriever prepends it ("title\ntext") and the two would not fit the embedder together."""

@@ -16,7 +16,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 from ..config import RecursiveSpec
 from ..tokens import DocTokens, TokenCounter
 from ..types import Chunk, Document
-from .base import Chunker, Span, make_chunks
+from .base import Chunker, Span
 from .sentences import RECURSIVE_SEPARATORS
 
 
@@ -112,9 +112,4 @@ class RecursiveChunker(Chunker):
         return self.chunk_many([doc])[0]
 
     def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
-        texts = [d.text for d in docs]
-        tokens = tokens or self.counter.doc_tokens_many(texts)
-        sizes = [self.size_for(d, self.size) for d in docs]
-        raw = [self.raw_spans(t, tk, size=n) for t, tk, n in zip(texts, tokens, sizes, strict=True)]
-        spans = self.enforce_limits(texts, raw, sizes, tokens)
-        return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]
+        return self.chunk_sized(docs, tokens, lambda d, tk, n: self.raw_spans(d.text, tk, size=n))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..config import SlidingSpec
 from ..tokens import DocTokens, TokenCounter
 from ..types import Chunk, Document
-from .base import Chunker, make_chunks
+from .base import Chunker
 from .windows import token_windows
 
 
@@ -28,9 +28,4 @@ class SlidingChunker(Chunker):
         return self.chunk_many([doc])[0]
 
     def chunk_many(self, docs: list[Document], tokens: list[DocTokens] | None = None) -> list[list[Chunk]]:
-        texts = [d.text for d in docs]
-        tokens = tokens or self.counter.doc_tokens_many(texts)
-        sizes = [self.size_for(d, self.size) for d in docs]
-        spans = self.enforce_limits(
-            texts, [self.spans(d, t, n) for d, t, n in zip(docs, tokens, sizes, strict=True)], sizes, tokens)
-        return [make_chunks(d, sp, self.granularity) for d, sp in zip(docs, spans, strict=True)]
+        return self.chunk_sized(docs, tokens, self.spans)
