@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from inference import kv_cache
+from inference import kv_cache, prompt_logprobs
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.model_loader import load_model, load_tokenizer, resolve_model_dir
@@ -156,6 +156,8 @@ class LLMEngine:
         self.runner.copy_blocks(self.bm.take_copies())
         prev = [s.num_computed_tokens for s in batch.seqs]
         logits, owners = self.runner.run(batch)
+        for i, entries in self.runner.last_prompt_logprobs.items():
+            prompt_logprobs.record(batch.seqs[i], entries)
         for seq, p, n in zip(batch.seqs, prev, batch.num_tokens, strict=True):
             seq.num_computed_tokens = p + n
             self.bm.commit(seq, p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from inference import kv_cache
+from inference import kv_cache, prompt_logprobs
 from inference.layers.metadata import AttentionMetadata, PrefillSpan
 from inference.scheduler import ScheduledBatch
 
@@ -40,6 +40,7 @@ class ModelRunner:
                                        block_size, device)
             self.graphs.capture()
         self._arange = torch.arange(block_size, device=device)
+        self.last_prompt_logprobs: dict[int, list[prompt_logprobs.Entry]] = {}
 
     def zero_blocks(self, ids: list[int]) -> None:
         if ids:
@@ -139,6 +140,8 @@ class ModelRunner:
         hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None else None
         if hidden is None:
             hidden = self.model(input_ids, positions, meta)
+        self.last_prompt_logprobs = prompt_logprobs.collect(self.model, hidden, batch) \
+            if any(prompt_logprobs.wants_prompt_logprobs(s) for s in batch.seqs) else {}
         wanted = set(rows)
         owners = []
         r = 0

@@ -46,6 +46,8 @@ class RequestOutput:
     metrics: RequestMetrics
     # next-token logprobs of `SamplingParams.candidate_token_ids` after the prompt
     candidate_logprobs: dict[int, float] | None = None
+    # `SamplingParams.prompt_logprobs`: per prompt position {token: logprob}, None at position 0
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
     @property
     def text(self) -> str:

@@ -94,7 +94,8 @@ class RequestState:
             self.sent[s.seq_id] = (len(s.text) if s.finish_reason else visible, s.num_output_tokens)
         head = self.seqs[0]
         return RequestOutput(self.request_id, self.prompt, head.prompt_token_ids, comps,
-                             self.finished, self.metrics(), head.candidate_logprobs)
+                             self.finished, self.metrics(), head.candidate_logprobs,
+                             list(head.prompt_logprobs) if head.prompt_logprobs is not None else None)
 
     def metrics(self) -> RequestMetrics:
         s = self.seqs[0]

@@ -30,6 +30,9 @@ class SamplingParams(BaseModel):
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     logprobs: int | None = Field(None, ge=0)  # top-N logprobs per generated token
+    # logprob of every prompt token (plus the top-N alternatives); such a request skips prefix-cache
+    # hits, since a cached token has no logits to give
+    prompt_logprobs: int | None = Field(None, ge=0)
     # logprobs of these tokens as the next token after the prompt (e.g. P("yes") for a reranker)
     candidate_token_ids: list[int] | None = None
     logits_processors: list[LogitsProcessor] = Field(default_factory=list)

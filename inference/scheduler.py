@@ -4,7 +4,8 @@ Each step: running sequences first (decodes cost one token, unfinished prefills 
 chunks), then waiting ones are admitted while the token budget, `max_num_seqs` and free blocks
 allow. When a running sequence cannot get a block, the lowest-priority / latest-arrived running
 sequence is preempted by recompute: its blocks are freed (full ones stay in the prefix cache) and
-it goes back to the front of the queue with all its tokens, so nothing is lost.
+it goes back to the front of the queue with all its tokens, so nothing is lost. A waiting request
+of higher priority preempts lower-priority running ones the same way when it finds no seat.
 """
 
 from __future__ import annotations
@@ -74,7 +75,22 @@ class Scheduler:
             return False  # the prefix is already cached: admit now and share it
         return any(r.first_block_key == seq.first_block_key and r.num_uncomputed > 1 for r in self.running)
 
+    def _make_room_for_priority(self) -> None:
+        """A waiting request of strictly higher priority than a running one takes its place: the
+        lowest-priority running sequences are preempted (by recompute, nothing lost) until the
+        newcomer has a seat and blocks for its prompt. Equal priorities never preempt (FCFS)."""
+        while self.waiting and self.running:
+            head = self.waiting[0]
+            worst = max(self.running, key=lambda s: s.sort_key)
+            if head.priority >= worst.priority:
+                return
+            need = -(-len(head.token_ids) // self.bm.block_size)
+            if len(self.running) < self.max_num_seqs and need <= self.bm.num_free:
+                return
+            self._preempt(worst)
+
     def schedule(self) -> ScheduledBatch:
+        self._make_room_for_priority()
         budget = self.max_num_batched_tokens
         decodes: list[Sequence] = []
         prefills: list[tuple[Sequence, int]] = []
@@ -97,7 +113,7 @@ class Scheduler:
             seq = self.waiting[0]
             if self._prefix_in_flight(seq):
                 break  # its prefix is being computed right now: admit it next step as a cache hit
-            hit = self.bm.match_prefix(seq)
+            hit = self.bm.match_prefix(seq) if seq.params.prompt_logprobs is None else 0
             n = min(seq.num_uncomputed, budget)
             if not self.bm.ensure(seq, n):
                 self.bm.free(seq)  # give back the prefix blocks; retry when others finish

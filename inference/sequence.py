@@ -50,6 +50,9 @@ class Sequence:
         self.num_preemptions = 0
         self.logprobs: list[dict[int, float]] = []
         self.candidate_logprobs: dict[int, float] | None = None
+        # position -> {token: logprob}; position 0 has nothing to be predicted from
+        self.prompt_logprobs: list[dict[int, float] | None] | None = \
+            [None] if self.params.prompt_logprobs is not None and self.index == 0 else None
         self.generator = None  # torch.Generator when params.seed is set
         self.pending_forks = self.params.n - 1 if self.index == 0 else 0
         # cheap "probably shares a cached prefix with" key: the first 16 prompt tokens

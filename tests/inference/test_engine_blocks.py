@@ -113,3 +113,28 @@ def test_concurrent_same_prefix_computed_once(llm, greedy):
     prefix = _ids(4 * bs, 4000)
     outs = llm.generate([prefix + [21 + i, 22, 23] for i in range(4)], greedy(2))
     assert sorted(o.metrics.cached_prompt_tokens for o in outs) == [0, 4 * bs, 4 * bs, 4 * bs]
+
+
+def test_higher_priority_preempts_running(llm, hf_greedy):
+    """A running low-priority request gives its seat to a later high-priority one and still
+    finishes with the same tokens (preemption by recompute loses nothing)."""
+    eng = llm.engine
+    sp = SamplingParams(temperature=0.0, max_tokens=12)
+    eng.scheduler.max_num_seqs, old = 1, eng.scheduler.max_num_seqs
+    finished: dict[str, list[int]] = {}
+    try:
+        low = eng.add_request(_ids(20, 4000), sp, priority=5)
+        for _ in range(4):  # low is now decoding
+            eng.step()
+        high = eng.add_request(_ids(20, 5000), sp, priority=-1)
+        order = []
+        while eng.has_unfinished_requests():
+            for o in eng.step():
+                if o.finished:
+                    order.append(o.request_id)
+                    finished[o.request_id] = o
+    finally:
+        eng.scheduler.max_num_seqs = old
+    assert order == [high, low]
+    assert finished[low].metrics.preemptions == 1 and finished[high].metrics.preemptions == 0
+    assert finished[low].token_ids == hf_greedy(_ids(20, 4000), 12)
