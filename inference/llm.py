@@ -8,6 +8,7 @@ from inference.config import EngineConfig
 from inference.llm_engine import LLMEngine
 from inference.outputs import RequestOutput
 from inference.prefix_io import cached_prefixes, load_prefix_cache, save_prefix_cache
+from inference.prompt_logprobs import PROMPT_SCORING, prompt_token_logprobs
 from inference.sampling_params import SamplingParams
 
 
@@ -57,6 +58,10 @@ class LLM:
         """log P(candidate | prompt) for each prompt, e.g. P("yes") for a pointwise reranker."""
         sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
         return [o.candidate_logprobs for o in self.generate(prompts, sp)]
+
+    def prompt_logprobs(self, prompts: list[str] | list[list[int]]) -> list[list[float]]:
+        """log P(token | everything before it) for every prompt token after the first, one batch."""
+        return prompt_token_logprobs(self.generate(prompts, PROMPT_SCORING))
 
     def stats(self) -> dict:
         return self.engine.stats()

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import torch
 
+from inference.sampling_params import SamplingParams
 from inference.scheduler import ScheduledBatch
 
 ROWS_PER_SLICE = 256
 Entry = tuple[int, dict[int, float]]  # (position, {token id: logprob}); the real token is always in
+# one generated token is the least a request can ask for; only the prompt's scores are wanted
+PROMPT_SCORING = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+
+
+def prompt_token_logprobs(outputs) -> list[list[float]]:
+    """Per output of a PROMPT_SCORING request: the logprob of each prompt token after the first."""
+    return [[d[t] for t, d in zip(o.prompt_token_ids[1:], o.prompt_logprobs[1:], strict=True)] for o in outputs]
 
 
 def wants_prompt_logprobs(seq) -> bool:

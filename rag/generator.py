@@ -114,6 +114,13 @@ class Generator:
         sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
         return [o.candidate_logprobs for o in self.generate(prompts, sp)]
 
+    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+        """log P(token | prefix) of every prompt token after the first (the engine compressor's
+        surprisal), all prompts in one batch on the shared engine."""
+        from inference.prompt_logprobs import PROMPT_SCORING, prompt_token_logprobs
+
+        return prompt_token_logprobs(self.generate(prompts, PROMPT_SCORING))
+
     def stats(self) -> dict:
         return self.engine.stats()
 

@@ -2,7 +2,8 @@
 
 Cheap re-scoring where a cross-encoder is too slow, e.g. parents in small-to-big retrieval that
 were never embedded themselves. Pass the pipeline's embedder to share the loaded model (and its
-embedding cache); otherwise one is built from `model`.
+embedding cache); a `model` set in the config wins over it (e.g. an embedder fine-tuned with
+`rag embed train` re-scoring the candidates of a retriever that uses the stock one).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .config import RerankerConfig
 class BiEncoderReranker(Reranker):
     def __init__(self, cfg: RerankerConfig, embedder=None, **_: object):
         super().__init__(cfg)
-        if embedder is None:
+        if embedder is None or cfg.model:
             from retrieval.config import EmbedderConfig
             from retrieval.embeddings import make_embedder
 

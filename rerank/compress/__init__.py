@@ -7,7 +7,8 @@ from .base import CompressionResult, Compressor, NoCompressor
 
 
 def build(cfg: CompressorConfig, engine=None, model=None) -> Compressor:
-    """`model`: a (tokenizer, causal LM) pair to share with the engine compressor."""
+    """`engine`: the pipeline's engine, which the engine compressor scores with when given;
+    `model`: else a (tokenizer, transformers causal LM) pair to share."""
     if cfg.type == "off":
         return NoCompressor(cfg)
     if cfg.type == "llmlingua":
@@ -16,7 +17,7 @@ def build(cfg: CompressorConfig, engine=None, model=None) -> Compressor:
         return LLMLinguaCompressor(cfg)
     from .engine import EngineCompressor
 
-    return EngineCompressor(cfg, model=model)
+    return EngineCompressor(cfg, model=model, engine=engine)
 
 
 __all__ = ["CompressionResult", "Compressor", "NoCompressor", "build"]

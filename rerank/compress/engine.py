@@ -5,6 +5,11 @@ surprising one is kept. One forward pass per context over "context + question" g
 token surprisals and, question-aware, log P(question | context), which ranks the contexts: the
 budget is split so that contexts that explain the question keep more of their tokens (the
 LongLLMLingua idea without its iterative passes). Markers and forced tokens are always kept.
+
+Given the pipeline's engine (anything with `tokenizer` and `prompt_logprobs(list of token ids)`,
+i.e. `inference.LLM` or the RAG generator), the scores come from the engine itself: no second copy
+of the model, and all contexts of a question are scored in one continuous batch. Without one, a
+transformers copy of `cfg.model` is loaded.
 """
 
 from __future__ import annotations
@@ -19,26 +24,41 @@ from .lm import load_causal_lm
 class EngineCompressor(Compressor):
     type = "engine"
 
-    def __init__(self, cfg: CompressorConfig, model=None, **_: object):
+    def __init__(self, cfg: CompressorConfig, model=None, engine=None, **_: object):
         super().__init__(cfg)
-        self.tok, self.model = model if model is not None else load_causal_lm(cfg.model, cfg.device)
+        self.engine = engine if engine is not None and hasattr(engine, "prompt_logprobs") else None
+        if self.engine is not None:
+            self.tok, self.model = self.engine.tokenizer, None
+        else:
+            self.tok, self.model = model if model is not None else load_causal_lm(cfg.model, cfg.device)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tok(text, add_special_tokens=False).input_ids)
 
-    def _score(self, context_ids: list[int], question_ids: list[int]) -> tuple[np.ndarray, float]:
-        """Surprisal of every context token and the mean log-prob of the question after it."""
+    def _token_logprobs(self, seqs: list[list[int]]) -> list[np.ndarray]:
+        """lp[j] = log p(ids[j+1] | ids[:j+1]) for each token sequence."""
+        if self.engine is not None:
+            return [np.asarray(x, dtype=np.float64) for x in self.engine.prompt_logprobs(seqs)]
         import torch
 
+        out = []
+        for ids in seqs:
+            with torch.inference_mode():
+                logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
+            out.append(torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].numpy())
+        return out
+
+    def _score_all(self, contexts: list[list[int]], question_ids: list[int]) -> list[tuple[np.ndarray, float]]:
+        """Per context: surprisal of every context token and the mean log-prob of the question after it."""
         bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
-        ids = bos + context_ids + question_ids
-        with torch.inference_mode():
-            logits = self.model(torch.tensor([ids])).logits[0, :-1].float()
-        lp = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+        lps = self._token_logprobs([bos + c + question_ids for c in contexts])
         off = len(bos) - 1  # lp[j] is log p(ids[j+1]); context token i sits at ids[len(bos)+i]
-        ctx = lp[off : off + len(context_ids)] if off >= 0 else np.concatenate([[0.0], lp[: len(context_ids) - 1]])
-        q = lp[off + len(context_ids):] if question_ids else np.zeros(0)
-        return -ctx, float(q.mean()) if len(q) else 0.0
+        out = []
+        for c, lp in zip(contexts, lps, strict=True):
+            ctx = lp[off: off + len(c)] if off >= 0 else np.concatenate([[0.0], lp[: len(c) - 1]])
+            q = lp[off + len(c):] if question_ids else np.zeros(0)
+            out.append((-ctx, float(q.mean()) if len(q) else 0.0))
+        return out
 
     def _forced(self, text: str, enc) -> np.ndarray:
         forced = np.zeros(len(enc.input_ids), dtype=bool)
@@ -55,7 +75,7 @@ class EngineCompressor(Compressor):
         encs = [self.tok(c, add_special_tokens=False, return_offsets_mapping=True) for c in contexts]
         q_ids = self.tok("\nQuestion: " + question, add_special_tokens=False).input_ids \
             if (question and self.cfg.question_aware) else []
-        scored = [self._score(e.input_ids, q_ids) for e in encs]
+        scored = self._score_all([e.input_ids for e in encs], q_ids)
         lens = [len(e.input_ids) for e in encs]
         order = [int(i) for i in np.argsort([-r for _, r in scored], kind="stable")]
         dynamic = DYNAMIC_RATIO if self.cfg.question_aware else 0.0

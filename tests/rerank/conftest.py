@@ -44,3 +44,12 @@ def no_network(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", deny)
     monkeypatch.setattr(socket.socket, "connect_ex", deny)
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine():
+    """One in-process engine for the llm reranker and the engine compressor."""
+    pytest.importorskip("inference")
+    from inference import LLM
+
+    return LLM("smollm2", num_blocks=256, max_num_seqs=16)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from rerank import CompressorConfig, build_compressor
@@ -50,6 +51,20 @@ def test_engine_ratio_budget_and_passthrough(engine_compressor):
     off = build_compressor({"type": "off"})
     assert off.compress(QUESTION, CONTEXTS).contexts == CONTEXTS
     assert loose.to_config()["ratio"] == 0.5 and loose.to_config()["type"] == "engine"
+
+
+def test_engine_compressor_on_the_shared_engine(engine_compressor, smollm2_engine, no_network):
+    """Scored by the in-process engine's prompt logprobs (no second model copy): the same token
+    surprisals as the transformers copy, so the same compression."""
+    shared = build_compressor({"type": "engine", "target_tokens": 60}, engine=smollm2_engine)
+    assert shared.model is None
+    ids = [shared.tok(c, add_special_tokens=False).input_ids for c in CONTEXTS]
+    q = shared.tok("\nQuestion: " + QUESTION, add_special_tokens=False).input_ids
+    for (s_eng, q_eng), (s_hf, q_hf) in zip(shared._score_all(ids, q), engine_compressor._score_all(ids, q),
+                                            strict=True):
+        np.testing.assert_allclose(s_eng, s_hf, atol=2e-3)
+        assert abs(q_eng - q_hf) < 2e-3
+    assert shared.compress(QUESTION, CONTEXTS).contexts == engine_compressor.compress(QUESTION, CONTEXTS).contexts
 
 
 def test_llmlingua_offline_keeps_markers_and_budget(no_network):

@@ -106,11 +106,10 @@ def test_batching_equals_unbatched(tiny_cross_encoder, minilm_embedder):
     np.testing.assert_allclose(whole, split, atol=1e-5)
 
 
-def test_llm_reranker_scores_with_shared_prefix():
+def test_llm_reranker_scores_with_shared_prefix(smollm2_engine):
     """P(yes) scores from the in-process engine; prompts put the instruction first, so the engine's
     prefix cache serves it to every later candidate and query."""
-    pytest.importorskip("inference")
-    r = build_reranker({"type": "llm", "max_length": 64})
+    r = build_reranker({"type": "llm", "max_length": 64}, engine=smollm2_engine)
     r.rank(EN_QUERY, candidates(EN_PASSAGES))
     before = r.engine.stats().get("prefix_cache_hits", 0)
     ranked = r.rank(ZH_QUERY, candidates(ZH_PASSAGES))
