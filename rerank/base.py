@@ -26,6 +26,11 @@ def passage_text(c: Candidate) -> str:
     return ch.text
 
 
+def blend(rerank_rank: int, retrieval_rank: int, weight: float, k: int = 60) -> float:
+    """Reciprocal-rank blend of two orders (scale-free, so any backend's scores can be fused)."""
+    return (1.0 - weight) / (k + rerank_rank) + weight / (k + retrieval_rank)
+
+
 class Reranker(ABC):
     type: str = ""
 
@@ -41,22 +46,31 @@ class Reranker(ABC):
 
         Candidates beyond `depth` are dropped: the reranker only vouches for what it scored, and
         their retrieval scores are on another scale. The retrieval score and rank are kept in
-        `scores["retrieval"]` / `ranks["retrieval"]` so results stay explainable.
+        `scores["retrieval"]` / `ranks["retrieval"]` so results stay explainable. With
+        `fuse_weight > 0` the final order (and `score`) is the reciprocal-rank blend of both orders;
+        the threshold always applies to the raw rerank score.
         """
         head = list(candidates)[: self.cfg.depth]
         if not head:
             return []
         scores = np.asarray(self.score(query, [passage_text(c) for c in head]), dtype=np.float64)
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+        rerank_rank = {i: r for r, i in enumerate(order, 1)}
+        final = scores
+        w = self.cfg.fuse_weight
+        if w > 0:
+            final = np.asarray([blend(rerank_rank[i], i + 1, w, self.cfg.fuse_k) for i in range(len(head))])
+            order = sorted(range(len(head)), key=lambda i: (-final[i], i))
         out: list[Candidate] = []
-        for new_rank, i in enumerate(order, 1):
+        for i in order:
             c, s = head[i], float(scores[i])
             if self.cfg.threshold is not None and s < self.cfg.threshold:
                 continue
+            extra = {"fused": float(final[i])} if w > 0 else {}
             out.append(dataclasses.replace(
-                c, score=s,
-                scores={**c.scores, "retrieval": float(c.score), "rerank": s},
-                ranks={**c.ranks, "retrieval": i + 1, "rerank": new_rank}))
+                c, score=float(final[i]),
+                scores={**c.scores, "retrieval": float(c.score), "rerank": s, **extra},
+                ranks={**c.ranks, "retrieval": i + 1, "rerank": rerank_rank[i]}))
         n = top_n if top_n is not None else self.cfg.top_n
         return out[:n] if n is not None else out
 

@@ -31,6 +31,11 @@ class RerankerConfig(_Strict):
     batch_size: int = Field(16, ge=1)
     max_length: int = Field(256, ge=16, description="tokens per (query, passage) pair")
     threshold: float | None = Field(None, description="drop candidates whose rerank score is below this")
+    fuse_weight: float = Field(0.0, ge=0.0, le=1.0, description=(
+        "blend the reranker's order with the retriever's by reciprocal ranks: weight of the retrieval "
+        "rank (0 = reranker order only); a reranker weaker than the retriever on some queries then "
+        "corrects instead of overriding it"))
+    fuse_k: int = Field(60, ge=1, description="RRF constant of that blend")
     fp16: bool = Field(False, description="half precision on GPU (ignored on CPU)")
     device: str = "auto"
 

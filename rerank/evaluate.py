@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .base import Reranker
+from .base import Reranker, blend
 from .beir import BeirData
 from .mining import CorpusRetriever, Run, ndcg_at_k
 
@@ -58,7 +58,7 @@ def fuse_ranks(first: Run, second: Run, weight: float = 0.5, k: int = 60) -> Run
     for qid, scores in second.items():
         r2 = {d: i for i, d in enumerate(sorted(scores, key=lambda d: -scores[d]), 1)}
         r1 = {d: i for i, d in enumerate(sorted(first[qid], key=lambda d: -first[qid][d]), 1)}
-        out[qid] = {d: (1 - weight) / (k + r2[d]) + weight / (k + r1.get(d, 1000)) for d in scores}
+        out[qid] = {d: blend(r2[d], r1.get(d, 1000), weight, k) for d in scores}
     return out
 
 

@@ -52,6 +52,21 @@ def test_threshold_top_n_and_depth(minilm_embedder):
     assert r.rank(EN_QUERY, []) == []
 
 
+def test_fuse_weight_blends_with_retrieval_order(minilm_embedder):
+    """fuse_weight=1 keeps the retriever's order, 0 the reranker's; the raw rerank score is kept."""
+    cands = candidates(EN_PASSAGES)
+    plain = build_reranker({"type": "bi-encoder"}, embedder=minilm_embedder).rank(EN_QUERY, cands)
+    keep = build_reranker({"type": "bi-encoder", "fuse_weight": 1.0}, embedder=minilm_embedder).rank(EN_QUERY, cands)
+    assert [c.chunk_id for c in keep] == ["c0", "c1", "c2", "c3"]
+    half = build_reranker({"type": "bi-encoder", "fuse_weight": 0.5, "fuse_k": 1},
+                          embedder=minilm_embedder).rank(EN_QUERY, cands)
+    plain_rank = {c.chunk_id: c.ranks["rerank"] for c in plain}
+    for c in half:
+        assert c.ranks["rerank"] == plain_rank[c.chunk_id]
+        assert c.score == c.scores["fused"] == pytest.approx(0.5 / (1 + c.ranks["rerank"]) + 0.5 / (1 + c.ranks["retrieval"]))
+    assert [c.score for c in half] == sorted((c.score for c in half), reverse=True)
+
+
 def test_none_keeps_retrieval_order():
     r = build_reranker({"type": "none", "top_n": 3})
     assert [c.chunk_id for c in r.rank(EN_QUERY, candidates(EN_PASSAGES))] == ["c0", "c1", "c2"]
