@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -123,6 +124,7 @@ def evaluate_qa(
     config: Mapping[str, Any] | None = None,
     name: str = "",
     warmup: bool = True,
+    concurrency: int = 1,
 ) -> EvalResult:
     """Answer every question and score it (after one untimed warm-up answer when `warmup`).
 
@@ -130,6 +132,8 @@ def evaluate_qa(
     answerable ones, `refusal_acc` / `false_refusal`, `citation_precision`/`citation_recall` over
     answerable answers that cite something (`cited_rate` says how many did), and token counts,
     compression ratio and prefix-cache hit rate when the answer function reports them.
+    `concurrency` > 1 answers that many questions at once (the engine batches them continuously;
+    per-question latencies then include queueing behind the others).
     """
     outputs: dict[str, QAOutput] = {}
     todo = []
@@ -144,14 +148,18 @@ def evaluate_qa(
     try:
         if warmup and todo:
             answer_fn(todo[0].question)
-        for it in todo:
+        def answer(it: QAItem) -> tuple[QAItem, QAOutput]:
             t0 = time.perf_counter()
             out = normalise_answer_output(answer_fn(it.question))
             out.timings_ms.setdefault(TOTAL, (time.perf_counter() - t0) * 1000.0)
-            outputs[it.id] = out
-            if cache is not None:
-                cache.put(it.id, {"output": asdict(out)})
-            bar.update(1)
+            return it, out
+
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            for it, out in pool.map(answer, todo):  # in order, so the cache is written as answered
+                outputs[it.id] = out
+                if cache is not None:
+                    cache.put(it.id, {"output": asdict(out)})
+                bar.update(1)
     finally:
         bar.close()
     per_query = {it.id: score_item(it, outputs[it.id], mode, refusal) for it in items}

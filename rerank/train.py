@@ -41,6 +41,10 @@ class TrainConfig(BaseModel):
     max_length: int = 256
     seed: int = 42
     save_steps: int = 100
+    log_steps: int = 50
+    precision: str = Field("auto", pattern="^(auto|fp32|bf16)$", description=(
+        "bf16 autocast: on CPUs with AVX512-BF16/AMX it trains ~2-3x faster than fp32; auto = bf16 "
+        "where the hardware has it (such CPUs, or a CUDA GPU with bf16)"))
     resume: bool = False
     progress: bool = True
 
@@ -50,12 +54,23 @@ def _latest_checkpoint(ckpt_dir: Path) -> str | None:
     return str(found[-1]) if found else None
 
 
+def _bf16(cfg: TrainConfig) -> bool:
+    import torch
+
+    if cfg.precision != "auto":
+        return cfg.precision == "bf16"
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def _training_args(cls, cfg: TrainConfig, ckpt_dir: Path, **extra):
     return cls(
         output_dir=str(ckpt_dir), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps,
         per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio,
         seed=cfg.seed, data_seed=cfg.seed, save_strategy="steps", save_steps=cfg.save_steps,
-        save_total_limit=1, logging_steps=max(1, min(50, cfg.save_steps)), report_to="none",
+        save_total_limit=1, logging_steps=max(1, min(cfg.log_steps, cfg.save_steps)), report_to="none",
+        bf16=_bf16(cfg),
         disable_tqdm=not cfg.progress, dataloader_num_workers=0, use_cpu=not _cuda(), **extra)
 
 
@@ -85,7 +100,8 @@ def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int
     info = {"kind": kind, "base": cfg.base, "datasets": cfg.datasets, "split": cfg.split, "train_rows": n_train,
             "steps": steps, "seed": cfg.seed, "mine": cfg.mine,
             "negatives": cfg.negatives if kind == "cross-encoder" else 1,
-            "max_length": cfg.max_length, "wall_s": round(time.time() - t0, 1)}
+            "max_length": cfg.max_length, "lr": cfg.lr, "epochs": cfg.epochs, "bf16": _bf16(cfg),
+            "wall_s": round(time.time() - t0, 1)}
     (out / "training.json").write_text(json.dumps(info, indent=2))
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # optimizer states are 3x the model; the run is done
     return info

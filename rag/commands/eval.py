@@ -20,6 +20,8 @@ def register(sub) -> None:
     r.set_defaults(func=run_retrieval)
     q = esub.add_parser("qa", help="answer EM/F1, refusals and citations end to end through the pipeline")
     _common(q, "dev")
+    q.add_argument("--concurrency", type=int, default=1,
+                   help="answer N questions at once (engine batching; latencies then include queueing)")
     q.set_defaults(func=run_qa)
     a = esub.add_parser("ablate", help="a grid of config variants on the same queries (resumable)")
     _common(a, "test")
@@ -104,7 +106,7 @@ def run_qa(args: argparse.Namespace) -> int:
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:
         res = evaluate_qa(items, answer_fn(pipe), progress=not args.no_progress, dataset=Path(args.dataset).name,
-                          split=args.split, config=_config_summary(args))
+                          split=args.split, config=_config_summary(args), concurrency=args.concurrency)
     finally:
         pipe.close()
     _finish(res, args)

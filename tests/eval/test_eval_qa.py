@@ -54,6 +54,16 @@ def test_qa_eval_end_to_end_with_rag_answers(tiny_dataset, bm25_search, tmp_path
     assert again.executed == 0 and again.metrics == m
 
 
+def test_concurrent_answers_score_the_same(tiny_dataset, bm25_search):
+    """Questions answered at once by worker threads, the way the engine batches them."""
+    items = load_qa(tiny_dataset, "dev")
+    base = make_answerer(bm25_search)
+    serial = evaluate_qa(items, base, progress=False, warmup=False)
+    par = evaluate_qa(items, base, progress=False, warmup=False, concurrency=3)
+    assert par.metrics == serial.metrics and par.executed == 4
+    assert par.per_query == serial.per_query
+
+
 def test_qa_ablation_rows(tiny_dataset, bm25_search, tmp_path):
     items = load_qa(tiny_dataset, "dev")
     grid = Grid.model_validate({"variants": [{"name": "answer", "set": {"min_score": 3.0}},
