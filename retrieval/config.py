@@ -44,6 +44,9 @@ class EmbedderConfig(_Strict):
     normalize: bool = True
     device: str = "auto"
     fp16_storage: bool = False
+    # bf16 weights: CPUs with AVX512-BF16/AMX embed ~2-3x faster; vectors differ slightly from fp32,
+    # so the dtype is part of the embedding-cache key and an index built in one is rebuilt for the other
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     prefix_preset: Literal["auto", "none", "e5", "bge", "instructor"] = "auto"
     query_prefix: str | None = None
     document_prefix: str | None = None

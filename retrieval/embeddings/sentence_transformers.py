@@ -41,12 +41,17 @@ class SentenceTransformerEmbedder(Embedder):
         self.model = SentenceTransformer(path, device=self.device)
         if cfg.max_seq_length:
             self.model.max_seq_length = cfg.max_seq_length
+        if cfg.dtype != "float32":
+            import torch
+
+            self.model.to(getattr(torch, cfg.dtype))
         dim_fn = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_fn())
         self.query_prefix, self.document_prefix = cfg.prefixes()
         model_id = canonical_model_name(cfg.model)
         self.name = (f"st:{model_id}|q={self.query_prefix}|d={self.document_prefix}"
-                     f"|len={self.model.max_seq_length}|norm={int(cfg.normalize)}")
+                     f"|len={self.model.max_seq_length}|norm={int(cfg.normalize)}"
+                     + (f"|dtype={cfg.dtype}" if cfg.dtype != "float32" else ""))
         self.truncated = 0
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:

