@@ -64,6 +64,14 @@ def load_beir(folder: str | Path, split: str = "train", max_queries: int | None 
     return BeirData(root.name, corpus, queries, qrels)
 
 
+def dataset_spec(entry: str | Path, default_split: str) -> tuple[str, str]:
+    """`DIR` or `DIR:SPLIT` (e.g. `squad_v2_half:dev` next to SciFact's `train`)."""
+    head, sep, tail = str(entry).rpartition(":")
+    if sep and head and tail and "/" not in tail:
+        return head, tail
+    return str(entry), default_split
+
+
 def guard_split(folder: str | Path, split: str) -> None:
     """Training on the benchmark's test split would make every reported number meaningless."""
     if split == "test":

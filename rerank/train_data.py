@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .beir import guard_split, load_beir
+from .beir import dataset_spec, guard_split, load_beir
 from .mining import CorpusRetriever, mine_negatives
 
 log = logging.getLogger(__name__)
@@ -25,12 +25,14 @@ class Example:
     negatives: list[str]
 
 
-def mine_examples(folders: Sequence[str | Path], split: str = "train", negatives: int = 3,
+def mine_examples(folders: Sequence[str | Path], default_split: str = "train", negatives: int = 3,
                   mode: str = "hybrid", embedder=None, seed: int = 42, pool: int = 30,
                   max_queries: int | None = None) -> list[Example]:
-    """One example per (query, positive) with `negatives` sampled from the retriever's top `pool`."""
+    """One example per (query, positive) with `negatives` sampled from the retriever's top `pool`.
+    A folder may name its own split as `DIR:SPLIT`."""
     out: list[Example] = []
-    for folder in folders:
+    for entry in folders:
+        folder, split = dataset_spec(entry, default_split)
         guard_split(folder, split)
         data = load_beir(folder, split, max_queries=max_queries)
         ids, texts = list(data.corpus), list(data.corpus.values())

@@ -12,7 +12,8 @@ from ._common import add_config_args, config_from, print_json
 
 def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--dataset", action="append", required=True, metavar="DIR",
-                   help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv or qa/<split>.jsonl); repeatable")
+                   help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv or qa/<split>.jsonl), "
+                        "optionally DIR:SPLIT to override --split for it; repeatable")
     p.add_argument("--base", help="base encoder dir or HF id (default: the packaged all-MiniLM-L6-v2)")
     p.add_argument("--out", default=default_out, help=f"output dir (default {default_out})")
     p.add_argument("--split", default="train")

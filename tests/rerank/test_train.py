@@ -38,6 +38,20 @@ def test_refuses_to_train_on_test_split(tmp_path):
         train_cross_encoder(TrainConfig(datasets=[str(root)], out=str(tmp_path / "m"), split="test", mine="bm25"))
 
 
+def test_per_dataset_split_spec(tmp_path):
+    """`DIR:SPLIT` picks a split per dataset; `DIR:test` is refused like --split test."""
+    from rerank.beir import dataset_spec
+    from rerank.train_data import mine_examples
+
+    assert dataset_spec("/data/squad:dev", "train") == ("/data/squad", "dev")
+    assert dataset_spec("/data/scifact", "train") == ("/data/scifact", "train")
+    dev = write_beir(tmp_path / "dev", split="dev")
+    assert mine_examples([f"{dev}:dev"], "train", negatives=1, mode="bm25")
+    test = write_beir(tmp_path / "t", split="test")
+    with pytest.raises(ValueError, match="test split"):
+        mine_examples([f"{test}:test"], "train", negatives=1, mode="bm25")
+
+
 def test_loader_mining_and_ndcg(tmp_path):
     data = load_beir(write_beir(tmp_path / "beir"), "train")
     assert len(data.queries) == len(DOCS) and data.positives("q-eiffel") == ["eiffel"]
