@@ -73,3 +73,23 @@ def test_given_passages_skip_retrieval(pipeline):
                           passages=["The Brindle tram is painted bright orange.", "Trams run every ten minutes."])
     assert [p.chunk_id for p in answer.passages] == ["given-1", "given-2"]
     assert "retrieve" not in answer.timings_ms and "orange" in answer.text.lower()
+
+
+def test_engine_compression_runs_on_the_pipeline_engine(pipeline):
+    """`compress.type: engine` scores tokens with the generator's own engine (prompt logprobs):
+    no second model copy, the passages shrink, the markers and the answer survive."""
+    from rerank import CompressorConfig
+
+    old_cfg, old_comp = pipeline.cfg.compress, pipeline._compressor
+    pipeline.cfg.compress = CompressorConfig(type="engine", ratio=0.5)
+    pipeline._compressor = None
+    try:
+        answer = pipeline.ask("What is the flight time of the XR-300 drone?")
+        assert pipeline.compressor.model is None and pipeline.compressor.engine is pipeline.generator
+    finally:
+        pipeline.cfg.compress, pipeline._compressor = old_cfg, old_comp
+    comp = answer.compression
+    assert comp["tokens_out"] < comp["tokens_in"] and comp["ratio"] >= 1.5
+    assert "compress" in answer.timings_ms
+    assert any("55" in p.text for p in answer.passages)  # numbers are kept
+    assert "55" in answer.text
