@@ -39,6 +39,10 @@ class CrossEncoderReranker(Reranker):
             raise hub_error(cfg.model_name(), e) from e
         if cfg.fp16 and self.device.startswith("cuda"):
             self.model.model.half()
+        elif cfg.bf16:
+            import torch
+
+            self.model.model.to(torch.bfloat16)
         self.model.model.eval()
 
     def score(self, query: str, passages: Sequence[str]) -> np.ndarray:

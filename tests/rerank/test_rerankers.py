@@ -121,6 +121,16 @@ def test_batching_equals_unbatched(tiny_cross_encoder, minilm_embedder):
     np.testing.assert_allclose(whole, split, atol=1e-5)
 
 
+def test_bf16_cross_encoder_keeps_the_order(tiny_cross_encoder):
+    path, _ = tiny_cross_encoder
+    passages = [f"{title}\n{text}" for _, title, text, _, _ in DOCS]
+    fp32 = build_reranker({"type": "cross-encoder", "model": str(path), "max_length": 64})
+    bf16 = build_reranker({"type": "cross-encoder", "model": str(path), "max_length": 64, "bf16": True})
+    a, b = fp32.score("honey bees", passages), bf16.score("honey bees", passages)
+    assert b.dtype == np.float64 and np.abs(a - b).max() < 0.05
+    assert int(np.argmax(a)) == int(np.argmax(b))
+
+
 def test_llm_reranker_scores_with_shared_prefix(smollm2_engine):
     """P(yes) scores from the in-process engine; prompts put the instruction first, so the engine's
     prefix cache serves it to every later candidate and query."""
