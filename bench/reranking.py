@@ -66,15 +66,17 @@ def main() -> int:
     torch.set_num_threads(a.threads)
     query, passages = load_pairs(a.pairs)
     ce_model = a.cross_encoder if (Path(a.cross_encoder) / "config.json").is_file() else "minilm"
+    ce = {"type": "cross-encoder", "model": ce_model, "max_length": a.max_length, "device": "cpu"}
     rows = [
-        time_backend("cross-encoder", {"type": "cross-encoder", "model": ce_model, "max_length": a.max_length,
-                                       "device": "cpu"}, query, passages),
+        time_backend("cross-encoder", ce, query, passages),
+        time_backend("cross-enc bf16", {**ce, "bf16": True}, query, passages),
         time_backend("bi-encoder", {"type": "bi-encoder", "model": "minilm", "max_length": a.max_length},
                      query, passages),
     ]
     if not a.skip_llm:
-        rows.append(time_backend("llm", {"type": "llm", "model": "smollm2", "max_length": a.max_length},
-                                 query, passages[: a.llm_pairs]))
+        for name, bf16 in (("llm", False), ("llm bf16", True)):
+            rows.append(time_backend(name, {"type": "llm", "model": "smollm2", "max_length": a.max_length,
+                                            "bf16": bf16}, query, passages[: a.llm_pairs]))
     peer = next((r["pairs_per_s"] for r in rows if r["backend"] == "cross-encoder" and "pairs_per_s" in r), None)
     print(f"threads={torch.get_num_threads()} max_length={a.max_length}")
     print(f"{'backend':<14} {'pairs':>6} {'load s':>7} {'pairs/s':>8} {'x cross-enc':>11}  model")

@@ -38,8 +38,8 @@ class RerankerConfig(_Strict):
     fuse_k: int = Field(60, ge=1, description="RRF constant of that blend")
     fp16: bool = Field(False, description="half precision on GPU (ignored on CPU)")
     bf16: bool = Field(False, description=(
-        "cross-encoder: bf16 weights, on GPU or on CPUs with AVX512-BF16/AMX (~2-3x faster there); "
-        "scores move by ~1e-2, orders rarely"))
+        "cross-encoder, and llm when it loads its own engine: bf16 weights, on GPU or on CPUs with "
+        "AVX512-BF16/AMX (~2-3x faster there); scores move by ~1e-2, orders rarely"))
     device: str = "auto"
 
     def model_name(self) -> str:

@@ -25,7 +25,7 @@ class LLMReranker(Reranker):
         if engine is None:
             from inference import LLM
 
-            engine = LLM(cfg.model_name())
+            engine = LLM(cfg.model_name(), dtype="bfloat16" if cfg.bf16 else "auto")
         self.engine = engine
         tok = engine.tokenizer
         self.yes = _first_ids(tok, ("yes", "Yes", " yes", " Yes"))
