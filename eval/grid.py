@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -65,7 +64,9 @@ class Grid(BaseModel):
 
 
 def load_grid(path: str | Path) -> Grid:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    from rag.config_loader import load_yaml_text  # the same YAML rules as configs and --set
+
+    data = load_yaml_text(Path(path).read_text(encoding="utf-8")) or {}
     if isinstance(data, list):  # a bare list of variants
         data = {"variants": data}
     return Grid.model_validate(data)

@@ -7,6 +7,7 @@ the same way and errors always name the key path and what would have been allowe
 from __future__ import annotations
 
 import copy
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,28 @@ class ConfigError(ValueError):
     """A config file or override that cannot be used; the message is meant for the user."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. Under YAML 1.1 `type: off` or `--set compress.type=off`
+    would arrive as False and fail validation against the "off" option."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+
+
+def load_yaml_text(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_yaml_text(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML: {e}") from None
     if data is None:
@@ -51,7 +68,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not parts:
         raise ConfigError(f"--set has an empty key in {item!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return parts, value

@@ -35,6 +35,15 @@ def test_overrides_are_typed_and_reach_nested_lists():
     assert cfg.indexing.chunking.chunkers[0].chunk_size == 128
 
 
+def test_off_stays_a_string_in_files_and_overrides(tmp_path):
+    """YAML 1.1 would read `off` as False; option values like compress.type: off must survive."""
+    p = tmp_path / "c.yaml"
+    p.write_text("compress:\n  type: off\nrerank:\n  type: none\n  fp16: true\n")
+    cfg = load_config(str(p), ["query.rewrite.enabled=false"])
+    assert cfg.compress.type == "off" and cfg.rerank.fp16 is True and cfg.query.rewrite.enabled is False
+    assert load_config(None, ["compress.type=off"]).compress.type == "off"
+
+
 def test_override_can_replace_a_list_with_yaml():
     cfg = load_config(None, ["indexing.chunking.chunkers=[{type: none}]"])
     assert [c.type for c in cfg.indexing.chunking.chunkers] == ["none"]
