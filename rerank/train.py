@@ -37,6 +37,11 @@ class TrainConfig(BaseModel):
     max_steps: int = Field(-1, description="-1 = run the epochs")
     batch_size: int = 16
     lr: float = 5e-5
+    head_lr_multiplier: float | None = Field(None, gt=0, description=(
+        "cross-encoder: the scoring head (pooler + classifier) learns this many times faster than "
+        "the encoder. None = 40 when the base has no trained head (an embedding model: its tiny "
+        "random head passes almost no gradient back and the loss sits at chance for hundreds of "
+        "steps; measured here), 1 when it is already a reranker being fine-tuned"))
     warmup_ratio: float = 0.1
     max_length: int = 256
     seed: int = 42
@@ -130,10 +135,40 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None) -> dict:
     # Positives are 1 in (1 + negatives): weight them so the loss is not won by predicting "no".
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(float(cfg.negatives)))
     args = _training_args(CrossEncoderTrainingArguments, cfg, ckpt_dir)
-    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=data, loss=loss,
+                                  optimizers=(_head_optimizer(model.model, cfg), None))
     _run(trainer, cfg, ckpt_dir)
     model.save_pretrained(str(out))
     return _finish(cfg, out, ckpt_dir, "cross-encoder", len(data), t0, trainer.state.global_step)
+
+
+NEW_HEAD_LR_MULTIPLIER = 40.0
+
+
+def _has_trained_head(base: str) -> bool:
+    """Is the base already a sequence classifier (a reranker), as opposed to an encoder?"""
+    from transformers import AutoConfig
+
+    try:
+        archs = AutoConfig.from_pretrained(base).architectures or []
+    except OSError:  # unreachable hub id: the trainer will report it when it loads the model
+        return False
+    return any(a.endswith("ForSequenceClassification") for a in archs)
+
+
+def _head_optimizer(module, cfg: TrainConfig):
+    """AdamW with the head's own learning rate (the trainer builds the warmup/decay schedule on it)."""
+    import torch
+
+    head, body = [], []
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            (head if name.startswith(("classifier", "bert.pooler", "pooler")) else body).append(p)
+    mult = cfg.head_lr_multiplier or (1.0 if _has_trained_head(cfg.base) else NEW_HEAD_LR_MULTIPLIER)
+    groups = [{"params": body, "lr": cfg.lr}]
+    if head:
+        groups.append({"params": head, "lr": cfg.lr * mult})
+    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.01)
 
 
 def train_embedder(cfg: TrainConfig, embedder=None) -> dict:

@@ -27,6 +27,8 @@ def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--max-queries", type=int, help="per dataset (quick runs)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
+    p.add_argument("--head-lr-multiplier", type=float, default=None,
+                   help="cross-encoder: learning-rate factor of the new scoring head (default from TrainConfig)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="bf16 autocast (auto: where the CPU/GPU has fast bf16)")
 
@@ -35,6 +37,8 @@ def train_config(args: argparse.Namespace, lr: float):
     from rerank.train import TrainConfig
 
     extra = {"base": args.base} if args.base else {}
+    if getattr(args, "head_lr_multiplier", None):
+        extra["head_lr_multiplier"] = args.head_lr_multiplier
     return TrainConfig(datasets=args.dataset, out=args.out, split=args.split, max_steps=args.max_steps,
                        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr or lr,
                        max_length=args.max_length, negatives=args.negatives, mine=args.mine,

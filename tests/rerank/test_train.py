@@ -89,3 +89,20 @@ def test_embedder_fine_tune_saves_a_loadable_model(tiny_beir, tmp_path):
     assert info["kind"] == "embedder" and info["steps"] == 2 and info["train_rows"] == len(DOCS)
     vecs = SentenceTransformer(str(out)).encode(["honey bees", "蜜蜂"])
     assert vecs.shape == (2, 384) and np.isfinite(vecs).all()
+
+
+def test_new_head_learns_faster_than_the_encoder(tiny_cross_encoder):
+    """A head initialised from scratch gets 40x the encoder's learning rate; an existing reranker's
+    head (fine-tuning) the same rate as its encoder."""
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from rerank.models import minilm_dir
+    from rerank.train import _head_optimizer
+
+    path, _ = tiny_cross_encoder
+    for base, factor in ((str(minilm_dir()), 40.0), (str(path), 1.0)):
+        model = CrossEncoder(base, num_labels=1)
+        opt = _head_optimizer(model.model, TrainConfig(datasets=["x"], out="y", base=base, lr=1e-4))
+        body, head = opt.param_groups
+        assert body["lr"] == 1e-4 and head["lr"] == pytest.approx(1e-4 * factor)
+        assert len(head["params"]) == 4  # pooler dense + classifier, weights and biases
