@@ -72,6 +72,7 @@ def register(sub) -> None:
     e.add_argument("--depth", type=int, default=50)
     e.add_argument("--max-length", type=int, default=256)
     e.add_argument("--max-queries", type=int)
+    e.add_argument("--bf16", action="store_true", help="bf16 weights (fast on AVX512-BF16/AMX CPUs and GPUs)")
     e.add_argument("--cache", help="JSONL of reranker scores per query (resumes an interrupted run)")
     e.add_argument("--fuse", type=float, default=0.5,
                    help="also report a reciprocal-rank blend of reranker and retriever order with this weight")
@@ -98,7 +99,7 @@ def run_eval(args: argparse.Namespace) -> int:
     data = load_beir(args.dataset, args.split, max_queries=args.max_queries)
     runs = retrieval_runs(data, emb, modes=("hybrid",))
     reranker = build_reranker({"type": args.type, "model": args.model, "depth": args.depth,
-                               "max_length": args.max_length}, embedder=emb)
+                               "max_length": args.max_length, "bf16": args.bf16}, embedder=emb)
     runs["hybrid+rerank"], secs = rerank_run(data, runs["hybrid"], reranker, args.depth, args.cache)
     if args.fuse:
         runs[f"hybrid+rerank(rrf w={args.fuse})"] = fuse_ranks(runs["hybrid"], runs["hybrid+rerank"], args.fuse)
