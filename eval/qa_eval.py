@@ -94,6 +94,9 @@ def normalise_answer_output(out: Any) -> QAOutput:
                      ("context_tokens_before", "context_before"), ("context_tokens_after", "context_after")):
         if kw[k] is None:
             kw[k] = tokens.get(alias, tokens.get(k))
+    comp = get("compression", None) or {}  # rag Answer: the compressor's own token counts
+    if kw["context_tokens_before"] is None and comp:
+        kw["context_tokens_before"], kw["context_tokens_after"] = comp.get("tokens_in"), comp.get("tokens_out")
     return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
                     timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None), **kw)
 

@@ -91,6 +91,13 @@ def test_qa_scoring_rules():
     assert score_item(zh, QAOutput("歐洲的學術界"), "auto", None)["f1"] == pytest.approx(0.5)  # p=2/6, r=1
     out = normalise_answer_output({"answer": "Paris", "citations": [{"doc_id": "d", "text": "t"}], "tokens_in": 5})
     assert out.text == "Paris" and out.citations == [Cited("d", "t")] and out.tokens_in == 5
+    # A pipeline Answer reports compression in its own dict; the eval turns it into the ratio.
+    comp = Answer(question="q", text="Paris", compression={"tokens_in": 300, "tokens_out": 100, "ratio": 3.0})
+    out = normalise_answer_output(comp)
+    assert (out.context_tokens_before, out.context_tokens_after) == (300, 100)
+    res = evaluate_qa([QAItem(id="1", question="q", answers=["Paris"])], lambda q: comp, progress=False,
+                      warmup=False)
+    assert res.metrics["compression_ratio"] == pytest.approx(3.0)
 
 
 def fake_llm_reply(prompt: str) -> str:
