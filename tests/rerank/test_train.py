@@ -106,3 +106,23 @@ def test_new_head_learns_faster_than_the_encoder(tiny_cross_encoder):
         body, head = opt.param_groups
         assert body["lr"] == 1e-4 and head["lr"] == pytest.approx(1e-4 * factor)
         assert len(head["params"]) == 4  # pooler dense + classifier, weights and biases
+
+
+def test_cli_train_with_split_spec_and_flags(tmp_path):
+    """`rag rerank train` end to end in a subprocess: DIR:SPLIT, precision and head-LR flags reach
+    the trainer and the summary is written next to a loadable model."""
+    import os
+    import subprocess
+    import sys
+
+    root = write_beir(tmp_path / "beir", split="dev")
+    out = tmp_path / "model"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "rag", "rerank", "train", "--dataset", f"{root}:dev",
+                        "--mine", "bm25", "--max-steps", "2", "--batch-size", "4", "--max-length", "64",
+                        "--precision", "fp32", "--head-lr-multiplier", "10", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    info = json.loads((out / "training.json").read_text())
+    assert info["steps"] == 2 and info["bf16"] is False and info["datasets"] == [f"{root}:dev"]
+    assert (out / "model.safetensors").is_file() and not (out / "checkpoints").exists()
