@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,8 +34,21 @@ def _read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_beir(folder: str | Path, split: str = "train", max_queries: int | None = None) -> BeirData:
-    """Read one BEIR folder. Refuses SciFact `test` for training callers via `guard_split`."""
+def in_holdout(qid: str, fraction: float, seed: int = 0) -> bool:
+    """Deterministic, order-free membership: the same query is held out on every run and machine."""
+    return zlib.crc32(f"{seed}:{qid}".encode()) % 10_000 < round(fraction * 10_000)
+
+
+def load_beir(folder: str | Path, split: str = "train", max_queries: int | None = None,
+              holdout: float = 0.0, part: str = "rest") -> BeirData:
+    """Read one BEIR folder (training callers refuse SciFact `test` via `guard_split`).
+
+    `holdout` sets aside that fraction of the split's queries: `part="rest"` keeps the others (to
+    train on), `part="holdout"` keeps only them (to tune e.g. a blend weight on queries the model
+    never saw). `max_queries` applies after the holdout.
+    """
+    if part not in ("rest", "holdout"):
+        raise ValueError(f"part must be 'rest' or 'holdout', not {part!r}")
     root = Path(folder)
     if not (root / "corpus.jsonl").is_file():
         raise FileNotFoundError(f"{root}: no corpus.jsonl (expected a BEIR-format folder)")
@@ -57,6 +71,10 @@ def load_beir(folder: str | Path, split: str = "train", max_queries: int | None 
             qrels[qid] = {str(r["gold_doc_id"]): 1}
     else:
         raise FileNotFoundError(f"{root}: neither qrels/{split}.tsv nor qa/{split}.jsonl")
+    if holdout > 0:
+        want = part == "holdout"
+        queries = {q: t for q, t in queries.items() if in_holdout(q, holdout) == want}
+        qrels = {q: r for q, r in qrels.items() if q in queries}
     if max_queries is not None:
         keep = sorted(queries)[:max_queries]
         queries = {q: queries[q] for q in keep}

@@ -33,6 +33,9 @@ class TrainConfig(BaseModel):
     mine: str = Field("hybrid", pattern="^(bm25|hybrid)$")
     pool: int = Field(30, ge=1, description="negatives are sampled from this many top non-relevant hits")
     max_queries: int | None = Field(None, description="per dataset (quick runs)")
+    holdout: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "fraction of each split's queries never trained on, for tuning on unseen queries "
+        "(`rag rerank eval --split train --holdout F` scores exactly those)"))
     epochs: float = 1.0
     max_steps: int = Field(-1, description="-1 = run the epochs")
     batch_size: int = 16
@@ -129,7 +132,7 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None) -> dict:
     out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
     out.mkdir(parents=True, exist_ok=True)
     examples = mine_examples(cfg.datasets, cfg.split, cfg.negatives, cfg.mine, _mining_embedder(cfg, embedder),
-                             cfg.seed, cfg.pool, cfg.max_queries)
+                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout)
     data = Dataset.from_dict(as_pairs(examples))
     model = CrossEncoder(cfg.base, num_labels=1, max_length=cfg.max_length)
     # Positives are 1 in (1 + negatives): weight them so the loss is not won by predicting "no".
@@ -188,7 +191,7 @@ def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
     out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
     out.mkdir(parents=True, exist_ok=True)
     examples = mine_examples(cfg.datasets, cfg.split, 1, cfg.mine, _mining_embedder(cfg, embedder),
-                             cfg.seed, cfg.pool, cfg.max_queries)
+                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout)
     data = Dataset.from_dict(as_triplets(examples))
     model = SentenceTransformer(cfg.base)
     serve_length = model.max_seq_length  # train short for speed, serve at the base model's window

@@ -27,14 +27,15 @@ class Example:
 
 def mine_examples(folders: Sequence[str | Path], default_split: str = "train", negatives: int = 3,
                   mode: str = "hybrid", embedder=None, seed: int = 42, pool: int = 30,
-                  max_queries: int | None = None) -> list[Example]:
+                  max_queries: int | None = None, holdout: float = 0.0) -> list[Example]:
     """One example per (query, positive) with `negatives` sampled from the retriever's top `pool`.
-    A folder may name its own split as `DIR:SPLIT`."""
+    A folder may name its own split as `DIR:SPLIT`; `holdout` leaves that fraction of each split's
+    queries out (see `load_beir`)."""
     out: list[Example] = []
     for entry in folders:
         folder, split = dataset_spec(entry, default_split)
         guard_split(folder, split)
-        data = load_beir(folder, split, max_queries=max_queries)
+        data = load_beir(folder, split, max_queries=max_queries, holdout=holdout)
         ids, texts = list(data.corpus), list(data.corpus.values())
         use = mode if embedder is not None else "bm25"
         retriever = CorpusRetriever(ids, texts, embedder=embedder if use != "bm25" else None)

@@ -25,6 +25,9 @@ def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--negatives", type=int, default=3)
     p.add_argument("--mine", choices=("bm25", "hybrid"), default="hybrid")
     p.add_argument("--max-queries", type=int, help="per dataset (quick runs)")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="never train on this fraction of each split's queries (tune on them with "
+                        "`rag rerank eval --split train --holdout F`)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
     p.add_argument("--head-lr-multiplier", type=float, default=None,
@@ -42,7 +45,7 @@ def train_config(args: argparse.Namespace, lr: float):
     return TrainConfig(datasets=args.dataset, out=args.out, split=args.split, max_steps=args.max_steps,
                        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr or lr,
                        max_length=args.max_length, negatives=args.negatives, mine=args.mine,
-                       max_queries=args.max_queries, seed=args.seed, resume=args.resume,
+                       max_queries=args.max_queries, holdout=args.holdout, seed=args.seed, resume=args.resume,
                        precision=args.precision, **extra)
 
 
@@ -54,6 +57,16 @@ def mining_embedder(args: argparse.Namespace):
 
     cfg = config_from(args)
     return make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        ws = [float(w) for w in text.split(",") if w.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--fuse takes weights like 0.5 or 0.3,0.5,0.7: {e}") from None
+    if any(not 0 <= w <= 1 for w in ws):
+        raise argparse.ArgumentTypeError("--fuse weights lie in [0, 1]")
+    return [w for w in ws if w > 0]
 
 
 def register(sub) -> None:
@@ -72,10 +85,13 @@ def register(sub) -> None:
     e.add_argument("--depth", type=int, default=50)
     e.add_argument("--max-length", type=int, default=256)
     e.add_argument("--max-queries", type=int)
+    e.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="score only the queries a model trained with the same --holdout never saw")
     e.add_argument("--bf16", action="store_true", help="bf16 weights (fast on AVX512-BF16/AMX CPUs and GPUs)")
     e.add_argument("--cache", help="JSONL of reranker scores per query (resumes an interrupted run)")
-    e.add_argument("--fuse", type=float, default=0.5,
-                   help="also report a reciprocal-rank blend of reranker and retriever order with this weight")
+    e.add_argument("--fuse", type=_weights, default=[0.5], metavar="W[,W...]",
+                   help="also report a reciprocal-rank blend of reranker and retriever order with this "
+                        "weight (several: a sweep, and the best one is named)")
     e.set_defaults(func=run_eval)
 
 
@@ -96,15 +112,19 @@ def run_eval(args: argparse.Namespace) -> int:
 
     cfg = config_from(args)
     emb = make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
-    data = load_beir(args.dataset, args.split, max_queries=args.max_queries)
+    data = load_beir(args.dataset, args.split, max_queries=args.max_queries, holdout=args.holdout,
+                     part="holdout" if args.holdout else "rest")
     runs = retrieval_runs(data, emb, modes=("hybrid",))
     reranker = build_reranker({"type": args.type, "model": args.model, "depth": args.depth,
                                "max_length": args.max_length, "bf16": args.bf16}, embedder=emb)
     runs["hybrid+rerank"], secs = rerank_run(data, runs["hybrid"], reranker, args.depth, args.cache)
-    if args.fuse:
-        runs[f"hybrid+rerank(rrf w={args.fuse})"] = fuse_ranks(runs["hybrid"], runs["hybrid+rerank"], args.fuse)
+    for w in args.fuse:
+        runs[f"hybrid+rerank(rrf w={w})"] = fuse_ranks(runs["hybrid"], runs["hybrid+rerank"], w)
     scores = report(data, runs)
-    print(json.dumps({"dataset": Path(args.dataset).name, "split": args.split, "queries": len(data.queries),
+    fused = {w: scores[f"hybrid+rerank(rrf w={w})"] for w in args.fuse}
+    best = max(fused, key=lambda w: (fused[w], -w)) if fused else None
+    print(json.dumps({"dataset": Path(args.dataset).name, "split": args.split, "holdout": args.holdout,
+                      "queries": len(data.queries), "best_fuse_weight": best,
                       "depth": args.depth, "ndcg@10": scores, "rerank_s": round(secs, 1),
                       "pairs_per_s": round(len(data.queries) * args.depth / secs, 1) if secs else None}, indent=2))
     return 0

@@ -126,3 +126,49 @@ def test_cli_train_with_split_spec_and_flags(tmp_path):
     info = json.loads((out / "training.json").read_text())
     assert info["steps"] == 2 and info["bf16"] is False and info["datasets"] == [f"{root}:dev"]
     assert (out / "model.safetensors").is_file() and not (out / "checkpoints").exists()
+
+
+def test_holdout_splits_queries_deterministically(tmp_path):
+    """`holdout` partitions a split's queries the same way on every run; training never sees the
+    held-out part."""
+    from rerank.beir import in_holdout
+    from rerank.train_data import mine_examples
+
+    root = write_beir(tmp_path / "beir")
+    full = load_beir(root, "train")
+    rest = load_beir(root, "train", holdout=0.5)
+    held = load_beir(root, "train", holdout=0.5, part="holdout")
+    assert rest.queries and held.queries
+    assert set(rest.queries).isdisjoint(held.queries) and set(rest.queries) | set(held.queries) == set(full.queries)
+    assert set(rest.qrels) == set(rest.queries) and set(held.qrels) == set(held.queries)
+    assert held.queries == load_beir(root, "train", holdout=0.5, part="holdout").queries
+    assert all(in_holdout(q, 0.5) for q in held.queries)
+    assert not any(in_holdout(q, 0.0) for q in full.queries)
+    trained_on = {ex.query for ex in mine_examples([root], negatives=1, mode="bm25", holdout=0.5)}
+    assert trained_on == set(rest.queries.values())
+    with pytest.raises(ValueError, match="part"):
+        load_beir(root, "train", holdout=0.5, part="test")
+
+
+def test_cli_eval_on_holdout_sweeps_blend_weights(tiny_cross_encoder, tmp_path):
+    """`rag rerank eval --holdout F --fuse W,W` scores only held-out queries and names the best weight."""
+    import os
+    import subprocess
+    import sys
+
+    path, _ = tiny_cross_encoder
+    root = write_beir(tmp_path / "beir")
+    held = load_beir(root, "train", holdout=0.5, part="holdout")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "rag", "rerank", "eval", "--dataset", str(root), "--split", "train",
+                        "--holdout", "0.5", "--model", str(path), "--depth", "5", "--max-length", "64",
+                        "--fuse", "0.3,0.7", "--set", f"storage.path={tmp_path / 'store'}"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["queries"] == len(held.queries) and out["holdout"] == 0.5
+    assert {"hybrid", "hybrid+rerank", "hybrid+rerank(rrf w=0.3)", "hybrid+rerank(rrf w=0.7)"} <= set(out["ndcg@10"])
+    assert out["best_fuse_weight"] in (0.3, 0.7)
+    bad = subprocess.run([sys.executable, "-m", "rag", "rerank", "eval", "--dataset", str(root), "--fuse", "1.5"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode != 0 and "[0, 1]" in bad.stderr
