@@ -105,7 +105,8 @@ def _run(trainer, cfg: TrainConfig, ckpt_dir: Path) -> None:
 
 
 def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int, t0: float, steps: int) -> dict:
-    info = {"kind": kind, "base": cfg.base, "datasets": cfg.datasets, "split": cfg.split, "train_rows": n_train,
+    info = {"kind": kind, "base": cfg.base, "datasets": cfg.datasets, "split": cfg.split, "holdout": cfg.holdout,
+            "max_queries": cfg.max_queries, "train_rows": n_train,
             "steps": steps, "seed": cfg.seed, "mine": cfg.mine,
             "negatives": cfg.negatives if kind == "cross-encoder" else 1,
             "max_length": cfg.max_length, "lr": cfg.lr, "epochs": cfg.epochs, "bf16": _bf16(cfg),
