@@ -7,7 +7,9 @@ Reports (1) throughput vs HF `generate` with padded static batches on the same t
 (bytes holding live tokens / bytes of blocks held, at peak). `--json OUT` writes the numbers.
 `--dtype bfloat16` runs the engine in bf16 (AVX512-BF16/AMX CPUs do bf16 GEMM ~3x faster than
 fp32); `--hf-dtype` sets the peer's precision, so both the like-for-like ratio and the ratio
-against HF's CPU default (fp32) can be measured.
+against HF's CPU default (fp32) can be measured. `--llama-cpp` adds llama.cpp through
+`llama-cpp-python` (optional: `pip install llama-cpp-python diskcache`, a ~20 min source build on
+2 cores) on the same GGUF, sequentially, with its prompt-prefix reuse.
 """
 
 from __future__ import annotations
@@ -80,6 +82,34 @@ def run_hf(model, prompts: list[list[int]], max_new: int, batch: int, pad_id: in
     return time.perf_counter() - t
 
 
+def run_llama_cpp(prompts: list[list[int]], max_new: int, threads: int) -> float:
+    """Optional peer: llama.cpp (`llama-cpp-python`) on the packaged GGUF, one request after another.
+
+    It keeps the previous prompt's KV and reuses the longest common prefix, so the shared system
+    prompt is served from its cache too. It runs the GGUF's Q4_1 weights (its native mode), not
+    fp32: read its ratio as "against llama.cpp as users run it".
+    """
+    from llama_cpp import Llama
+
+    from inference.model_loader import ALIASES, package_file
+
+    gguf = package_file(*ALIASES["smollm2"])
+    ll = Llama(model_path=str(gguf), n_ctx=max(len(p) for p in prompts) + max_new + 16, n_threads=threads,
+               n_threads_batch=threads, n_batch=512, verbose=False)
+
+    def one(p: list[int], n: int) -> None:
+        for i, _ in enumerate(ll.generate(p, top_k=1, temp=0.0, repeat_penalty=1.0)):
+            if i + 1 >= n:
+                break
+
+    one(prompts[0][:64], 4)  # warm-up, then a cold cache
+    ll.reset()
+    t = time.perf_counter()
+    for p in prompts:
+        one(p, max_new)
+    return time.perf_counter() - t
+
+
 def ttft(llm: LLM, system: list[int], tails: list[list[int]], caching: bool) -> float:
     """Median TTFT of system prompt + a fresh ~50-token tail (tails differ from the first token,
     so only the system prompt can come from the cache)."""
@@ -105,6 +135,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="engine weights/KV")
+    ap.add_argument("--llama-cpp", action="store_true",
+                    help="also run llama.cpp (llama-cpp-python, Q4_1 GGUF, sequential) when installed")
     ap.add_argument("--hf-dtype", default="float32", choices=("float32", "bfloat16"), help="HF peer weights")
     args = ap.parse_args()
     if args.threads:
@@ -133,9 +165,13 @@ def main() -> None:
     hf_gen = n * args.max_new
 
     rng = random.Random(1)
-    tails = [tok.encode(f"\n\nQuestion {r}: " + text(rng, 60))[:50] for r in range(3)]
+    tails = [tok.encode(f"\n\nQuestion {r}: " + text(rng, 60))[:50] for r in range(7)]
     t_cached = ttft(llm, system, tails, caching=True)
     t_cold = ttft(llm, system, tails, caching=False)
+
+    l_time = None
+    if args.llama_cpp and not _no_llama_cpp():
+        l_time = run_llama_cpp(prompts, args.max_new, torch.get_num_threads())
 
     res = {
         "requests": n,
@@ -159,14 +195,19 @@ def main() -> None:
         "engine_dtype": args.dtype,
         "hf_dtype": args.hf_dtype,
         "threads": torch.get_num_threads(),
-        "llama_cpp": "not installed" if _no_llama_cpp() else "installed (not run)",
+        "llama_cpp": "not installed" if _no_llama_cpp() else ("run" if l_time else "installed (not run)"),
     }
+    if l_time:
+        res.update({"llama_cpp_s": l_time, "llama_cpp_tok_s": hf_gen / l_time,
+                    "throughput_ratio_vs_llama_cpp": (gen / e_time) / (hf_gen / l_time)})
     rows = [
         ("generated tok/s", f"{res['engine_tok_s']:.1f}", f"{res['hf_tok_s']:.1f}",
          f"{res['throughput_ratio_vs_hf']:.2f}x"),
         ("total tok/s", f"{res['engine_total_tok_s']:.1f}", f"{res['hf_total_tok_s']:.1f}",
          f"{res['engine_total_tok_s'] / res['hf_total_tok_s']:.2f}x"),
         ("TTFT cached vs no-cache (s)", f"{t_cached:.3f}", f"{t_cold:.3f}", f"{res['ttft_ratio_cached']:.1f}x"),
+        *([("generated tok/s vs llama.cpp Q4_1", f"{res['engine_tok_s']:.1f}", f"{res['llama_cpp_tok_s']:.1f}",
+             f"{res['throughput_ratio_vs_llama_cpp']:.2f}x")] if l_time else []),
         ("KV efficiency at peak", f"{res['kv_efficiency']:.4f}", "", ""),
         ("prefix-cache hit rate", f"{res['prefix_cache_hit_rate']:.3f}", "", ""),
     ]

