@@ -67,6 +67,7 @@ def run_engine(llm: LLM, prompts: list[list[int]], max_new: int) -> tuple[float,
 
 
 def run_hf(model, prompts: list[list[int]], max_new: int, batch: int, pad_id: int) -> float:
+    dev = model.device
     t = time.perf_counter()
     for i in range(0, len(prompts), batch):
         group = prompts[i:i + batch]
@@ -77,9 +78,15 @@ def run_hf(model, prompts: list[list[int]], max_new: int, batch: int, pad_id: in
             ids[j, width - len(p):] = torch.tensor(p)
             mask[j, width - len(p):] = 1
         with torch.inference_mode():
-            model.generate(ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
+            model.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new, min_new_tokens=max_new,
                            do_sample=False, pad_token_id=pad_id)
+    _sync(dev)
     return time.perf_counter() - t
+
+
+def _sync(dev) -> None:
+    if torch.device(dev).type == "cuda":
+        torch.cuda.synchronize()
 
 
 def run_llama_cpp(prompts: list[list[int]], max_new: int, threads: int) -> float:
@@ -128,6 +135,9 @@ def ttft(llm: LLM, system: list[int], tails: list[list[int]], caching: bool) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2", help="engine model: alias, HF directory or .gguf")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--cuda-graphs", action="store_true", help="CUDA: capture decode steps (enforce_eager=False)")
     ap.add_argument("--quick", action="store_true", help="a quarter of the workload (16 requests)")
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--max-new", type=int, default=64)
@@ -143,14 +153,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     n = args.requests or (16 if args.quick else 64)
 
-    llm = LLM("smollm2", dtype=args.dtype, device="cpu", max_num_seqs=64, max_num_batched_tokens=2048,
-              kv_cache_memory=2.0)
+    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=64, max_num_batched_tokens=2048,
+              kv_cache_memory=2.0, enforce_eager=not args.cuda_graphs)
     tok = llm.tokenizer
     system, prompts = workload(tok, n)
     prompt_tokens = sum(len(p) for p in prompts)
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=getattr(torch, args.hf_dtype)).eval()
+    hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=getattr(torch, args.hf_dtype)).to(args.device).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
     # warm-up both paths on a tiny input, then start from a cold prefix cache
@@ -170,7 +180,7 @@ def main() -> None:
     t_cold = ttft(llm, system, tails, caching=False)
 
     l_time = None
-    if args.llama_cpp and not _no_llama_cpp():
+    if args.llama_cpp and args.model == "smollm2" and not _no_llama_cpp():
         l_time = run_llama_cpp(prompts, args.max_new, torch.get_num_threads())
 
     res = {
@@ -195,6 +205,8 @@ def main() -> None:
         "engine_dtype": args.dtype,
         "hf_dtype": args.hf_dtype,
         "threads": torch.get_num_threads(),
+        "device": args.device,
+        "model": args.model,
         "llama_cpp": "not installed" if _no_llama_cpp() else ("run" if l_time else "installed (not run)"),
     }
     if l_time:
