@@ -31,14 +31,18 @@ DEVICE_WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspect
 ASSETS = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
+def copy_present(names: tuple[str, ...], src: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (src / name).exists():
+            shutil.copy2(src / name, dest / name)
+
+
 def prepare(dest: Path) -> None:
     from inference.model_loader import resolve_model_dir
 
     src = resolve_model_dir("smollm2")
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ASSETS:
-        if (src / name).exists():
-            shutil.copy2(src / name, dest / name)
+    copy_present(ASSETS, src, dest)
     print(f"copied {', '.join(ASSETS)} from {src} to {dest}")
     from importlib.metadata import version
 
@@ -59,9 +63,7 @@ def random_model(assets: Path, out: Path) -> Path:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(assets))
     model.save_pretrained(out, safe_serialization=True)
-    for name in ASSETS[1:]:
-        if (assets / name).exists():
-            shutil.copy2(assets / name, out / name)
+    copy_present(ASSETS[1:], assets, out)
     return out
 
 

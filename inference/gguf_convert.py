@@ -8,6 +8,7 @@ directory then renamed so a crash never leaves a half-written cache behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,12 +53,19 @@ CONVERT_FORMAT = 1
 
 def cache_dir_for(gguf_path: Path) -> Path:
     """Keyed by the file's content, not its path: every virtualenv or clone holding the same GGUF
-    shares one conversion (keying by path left one 514 MB copy per checkout). Hashing ~100 MB
-    takes ~0.1 s, small next to loading the weights."""
-    with gguf_path.open("rb") as f:
+    shares one conversion (keying by path left one 514 MB copy per checkout)."""
+    st = gguf_path.stat()
+    digest = _content_digest(str(gguf_path.resolve()), st.st_size, st.st_mtime_ns)
+    return cache_root() / f"{gguf_path.stem}-{digest}"
+
+
+@functools.lru_cache(maxsize=16)
+def _content_digest(path: str, size: int, mtime_ns: int) -> str:
+    """~0.1 s per 100 MB, paid once per process and file version (size/mtime are part of the key)."""
+    with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha1")
     digest.update(f"|format={CONVERT_FORMAT}".encode())
-    return cache_root() / f"{gguf_path.stem}-{digest.hexdigest()[:16]}"
+    return digest.hexdigest()[:16]
 
 
 def hf_name(gguf_name: str) -> str | None:

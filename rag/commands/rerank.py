@@ -40,7 +40,7 @@ def train_config(args: argparse.Namespace, lr: float):
     from rerank.train import TrainConfig
 
     extra = {"base": args.base} if args.base else {}
-    if getattr(args, "head_lr_multiplier", None):
+    if args.head_lr_multiplier:
         extra["head_lr_multiplier"] = args.head_lr_multiplier
     return TrainConfig(datasets=args.dataset, out=args.out, split=args.split, max_steps=args.max_steps,
                        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr or lr,
