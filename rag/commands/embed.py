@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rerank.train import train_embedder
+    from rerank.training.train import train_embedder
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     info = train_embedder(train_config(args, lr=2e-5), embedder=mining_embedder(args))
@@ -36,8 +36,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from rerank.beir import load_beir
-    from rerank.evaluate import report, retrieval_runs
+    from rerank.training.beir import load_beir
+    from rerank.training.evaluate import report, retrieval_runs
     from retrieval.embeddings import make_embedder
 
     cfg = config_from(args)

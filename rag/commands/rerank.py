@@ -37,7 +37,7 @@ def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
 
 
 def train_config(args: argparse.Namespace, lr: float):
-    from rerank.train import TrainConfig
+    from rerank.training.train import TrainConfig
 
     extra = {"base": args.base} if args.base else {}
     if args.head_lr_multiplier:
@@ -96,7 +96,7 @@ def register(sub) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rerank.train import train_cross_encoder
+    from rerank.training.train import train_cross_encoder
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     info = train_cross_encoder(train_config(args, lr=5e-5), embedder=mining_embedder(args))
@@ -106,8 +106,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from rerank import build_reranker
-    from rerank.beir import load_beir
-    from rerank.evaluate import fuse_ranks, report, rerank_run, retrieval_runs
+    from rerank.training.beir import load_beir
+    from rerank.training.evaluate import fuse_ranks, report, rerank_run, retrieval_runs
     from retrieval.embeddings import make_embedder
 
     cfg = config_from(args)

@@ -17,7 +17,7 @@ def tiny_beir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_cross_encoder(tiny_beir, tmp_path_factory) -> tuple[Path, dict]:
     """Path of a cross-encoder trained on `tiny_beir` and the training summary."""
-    from rerank.train import TrainConfig, train_cross_encoder
+    from rerank.training.train import TrainConfig, train_cross_encoder
 
     out = tmp_path_factory.mktemp("tiny_ce")
     cfg = TrainConfig(datasets=[str(tiny_beir)], out=str(out), mine="bm25", negatives=3, epochs=16,

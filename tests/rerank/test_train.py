@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from rerank_fixtures import DOCS, write_beir
 
-from rerank.beir import load_beir
-from rerank.mining import CorpusRetriever, mine_negatives, ndcg_at_k
-from rerank.train import TrainConfig, train_cross_encoder
+from rerank.training.beir import load_beir
+from rerank.training.mining import CorpusRetriever, mine_negatives, ndcg_at_k
+from rerank.training.train import TrainConfig, train_cross_encoder
 
 
 def test_training_run_separates_positives_from_negatives(tiny_cross_encoder):
@@ -40,8 +40,8 @@ def test_refuses_to_train_on_test_split(tmp_path):
 
 def test_per_dataset_split_spec(tmp_path):
     """`DIR:SPLIT` picks a split per dataset; `DIR:test` is refused like --split test."""
-    from rerank.beir import dataset_spec
-    from rerank.train_data import mine_examples
+    from rerank.training.beir import dataset_spec
+    from rerank.training.train_data import mine_examples
 
     assert dataset_spec("/data/squad:dev", "train") == ("/data/squad", "dev")
     assert dataset_spec("/data/scifact", "train") == ("/data/scifact", "train")
@@ -81,7 +81,7 @@ def test_qa_format_reads_gold_doc_ids(tmp_path):
 def test_embedder_fine_tune_saves_a_loadable_model(tiny_beir, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from rerank.train import train_embedder
+    from rerank.training.train import train_embedder
 
     out = tmp_path / "emb"
     info = train_embedder(TrainConfig(datasets=[str(tiny_beir)], out=str(out), mine="bm25", max_steps=2,
@@ -97,7 +97,7 @@ def test_new_head_learns_faster_than_the_encoder(tiny_cross_encoder):
     from sentence_transformers.cross_encoder import CrossEncoder
 
     from rerank.models import minilm_dir
-    from rerank.train import _head_optimizer
+    from rerank.training.train import _head_optimizer
 
     path, _ = tiny_cross_encoder
     for base, factor in ((str(minilm_dir()), 40.0), (str(path), 1.0)):
@@ -131,8 +131,8 @@ def test_cli_train_with_split_spec_and_flags(tmp_path):
 def test_holdout_splits_queries_deterministically(tmp_path):
     """`holdout` partitions a split's queries the same way on every run; training never sees the
     held-out part."""
-    from rerank.beir import in_holdout
-    from rerank.train_data import mine_examples
+    from rerank.training.beir import in_holdout
+    from rerank.training.train_data import mine_examples
 
     root = write_beir(tmp_path / "beir")
     full = load_beir(root, "train")

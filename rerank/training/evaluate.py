@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .base import Reranker, blend
+from ..base import Reranker, blend
 from .beir import BeirData
 from .mining import CorpusRetriever, Run, ndcg_at_k
 

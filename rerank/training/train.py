@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .models import minilm_dir
+from ..models import minilm_dir
 from .train_data import as_pairs, as_triplets, mine_examples
 
 log = logging.getLogger(__name__)
