@@ -20,3 +20,32 @@ def shared_datasets() -> Path:
     if not SHARED_DATASETS.is_dir():
         pytest.skip("../shared/datasets is absent (only CI and dev machines have it)")
     return SHARED_DATASETS
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL + pgvector for the session (temp dir, 127.0.0.1, stopped by PID at the end)."""
+    from indexing.pg_local import LocalPostgres, PostgresUnavailable
+
+    try:
+        pg = LocalPostgres().start()
+    except (PostgresUnavailable, ImportError) as e:
+        pytest.skip(f"no PostgreSQL with pgvector can be started here: {e}")
+    yield pg
+    pg.cleanup()
+
+
+@pytest.fixture
+def pg_dsn(postgres_server, request) -> str:
+    """A fresh, empty database on the session server, dropped after the test."""
+    import re
+    import uuid
+
+    import psycopg
+
+    name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:6]
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

