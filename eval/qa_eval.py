@@ -7,10 +7,12 @@ counts. Unanswerable questions follow SQuAD v2: a refusal counts as the correct 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -46,6 +48,7 @@ class QAOutput:
     context_tokens_before: int | None = None
     context_tokens_after: int | None = None
     prefix_cached_tokens: int | None = None
+    signals: dict[str, float] = field(default_factory=dict)  # refusal signals (margin, span logprob)
 
 
 AnswerFn = Callable[[str], Any]
@@ -98,7 +101,8 @@ def normalise_answer_output(out: Any) -> QAOutput:
     if kw["context_tokens_before"] is None and comp:
         kw["context_tokens_before"], kw["context_tokens_after"] = comp.get("tokens_in"), comp.get("tokens_out")
     return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
-                    timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None), **kw)
+                    timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None),
+                    signals=dict(get("signals", None) or {}), **kw)
 
 
 def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None) -> dict[str, float]:
@@ -128,6 +132,7 @@ def evaluate_qa(
     name: str = "",
     warmup: bool = True,
     concurrency: int = 1,
+    answers_path: str | Path | None = None,
 ) -> EvalResult:
     """Answer every question and score it (after one untimed warm-up answer when `warmup`).
 
@@ -136,7 +141,8 @@ def evaluate_qa(
     answerable answers that cite something (`cited_rate` says how many did), and token counts,
     compression ratio and prefix-cache hit rate when the answer function reports them.
     `concurrency` > 1 answers that many questions at once (the engine batches them continuously;
-    per-question latencies then include queueing behind the others).
+    per-question latencies then include queueing behind the others). `answers_path` writes one
+    JSON line per question (`write_answers`).
     """
     outputs: dict[str, QAOutput] = {}
     todo = []
@@ -166,6 +172,8 @@ def evaluate_qa(
     finally:
         bar.close()
     per_query = {it.id: score_item(it, outputs[it.id], mode, refusal) for it in items}
+    if answers_path is not None:
+        write_answers(answers_path, items, outputs, per_query)
     costs = aggregate_costs({"timings_ms": o.timings_ms, **{k: getattr(o, k) for k in COST_KEYS}}
                             for o in (outputs[it.id] for it in items))
     return EvalResult(
@@ -173,6 +181,25 @@ def evaluate_qa(
         metrics=_qa_metrics(items, per_query, costs), latency_ms=costs["latency_ms"],
         n_queries=len(items), name=name, per_query=per_query, executed=len(todo),
     )
+
+
+def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[str, QAOutput],
+                  per_query: Mapping[str, Mapping[str, float]]) -> Path:
+    """One JSON line per question, for reading what users would read: question, gold, answer,
+    citations, refusal flag, F1/EM, citation scores, refusal signals and latency."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for it in items:
+            out, s = outputs[it.id], per_query[it.id]
+            row = {"id": it.id, "question": it.question, "gold": [] if it.is_impossible else list(it.answers),
+                   "is_impossible": it.is_impossible, "answer": out.text,
+                   "citations": [c.doc_id for c in out.citations], "gold_doc_id": it.gold_doc_id,
+                   "refused": bool(s["refused"]), "f1": s["f1"], "em": s["em"],
+                   **{k: s[k] for k in ("citation_precision", "citation_recall") if k in s},
+                   "signals": out.signals, "latency_ms": round(out.timings_ms.get(TOTAL, 0.0), 1)}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
 
 
 def _mean(xs: list[float]) -> float:

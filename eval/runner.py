@@ -66,9 +66,11 @@ def search_fn(pipe: Pipeline, depth: int, oversample: int = 3) -> Any:
     return run
 
 
-def answer_fn(pipe: Pipeline) -> Any:
+def answer_fn(pipe: Pipeline, mode: str | None = None) -> Any:
+    """Question -> `Answer`; `mode` short/long overrides `answer.mode` (EM/F1 sets use short)."""
+
     def run(question: str):
-        return pipe.ask(question)
+        return pipe.ask(question, mode=mode)
 
     run.close = pipe.close  # type: ignore[attr-defined]
     return run

@@ -94,6 +94,13 @@ class LLMEngine:
             proc = JsonSchemaLogitsProcessor(params.json_schema, self.tokenizer, max_tokens=params.max_tokens)
             params = params.model_copy(update={"json_schema": None,
                                                "logits_processors": [*params.logits_processors, proc]})
+        if params.grounded_passages is not None:
+            from inference.structured import GroundedSpanProcessor
+
+            proc = GroundedSpanProcessor(params.grounded_passages, self.tokenizer, params.grounded_refusal,
+                                         eos_token_id=self.eos_token_ids, max_tokens=params.max_tokens)
+            params = params.model_copy(update={"grounded_passages": None,
+                                               "logits_processors": [*params.logits_processors, proc]})
         if isinstance(prompt, str):
             text, ids = prompt, self.tokenizer.encode(prompt)
         else:

@@ -38,6 +38,10 @@ class SamplingParams(BaseModel):
     logits_processors: list[LogitsProcessor] = Field(default_factory=list)
     # Constrained decoding (like llama.cpp's json_schema field): the engine adds the processor.
     json_schema: dict[str, Any] | None = None
+    # Grounded extractive decoding: the output is a verbatim span of one of these passages, or
+    # exactly `grounded_refusal` (the no-answer exit). The engine adds the processor.
+    grounded_passages: list[str] | None = None
+    grounded_refusal: str | None = None
     skip_special_tokens: bool = True
     # Context shift (llama.cpp --keep): when the context is full, keep the first N tokens
     # (-1: the whole prompt), drop half of the rest and go on instead of stopping at max_model_len.

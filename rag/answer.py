@@ -51,6 +51,10 @@ class Answer:
     queries: list[str] = field(default_factory=list)  # what was actually searched
     finish_reason: str | None = None
     compression: dict[str, Any] = field(default_factory=dict)  # tokens in/out, ratio, ms
+    mode: str = "long"  # short: the answer span and its citation; long: a cited explanation
+    grounded: bool = False  # short answer decoded as a verbatim passage span
+    # refusal signals: margin = log P(refusal) - log P(best span) at the first token, span_logprob
+    signals: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self, passages: bool = True) -> dict[str, Any]:
         d = asdict(self)

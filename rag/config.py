@@ -7,7 +7,7 @@ the two equal). Each stage's package owns its config model; this file only compo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,11 +21,7 @@ from .generator import GeneratorConfig
 from .prompt import PromptConfig
 from .query.config import QueryConfig
 from .server.config import ServerConfig
-
-
-class StorageConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    path: str = Field(".rag", description="directory for the SQLite store, indexes and caches")
+from .storage import StorageConfig
 
 
 class AnswerConfig(BaseModel):
@@ -38,6 +34,16 @@ class AnswerConfig(BaseModel):
     refuse_below: float | None = Field(None, description="refuse without generating if the best score is lower")
     refusal_score: str = Field("dense", description="which score refuse_below reads: dense, bm25, rerank or score")
     max_question_chars: int = Field(2000, ge=1)
+    mode: Literal["short", "long"] = Field("long", description=(
+        "short: the minimal answer span plus its citation; long: a cited explanation"))
+    grounded: bool = Field(True, description=(
+        "short mode: decode only verbatim spans of the passages (or the refusal); citations by construction"))
+    short_max_tokens: int = Field(24, ge=1, description="token budget of a short answer")
+    refuse_margin: float | None = Field(None, description=(
+        "grounded short mode: refuse when log P(refusal) - log P(best span) at the first token exceeds "
+        "this; null: the value `rag eval calibrate` stored for the model, else the model's own choice"))
+    calibration: str = Field("calibration.json", description=(
+        "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 
 
 class RagConfig(BaseModel):

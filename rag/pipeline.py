@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from indexing.store import DocumentStore
+from inference.structured import GroundedSpanProcessor, span_sources
 from retrieval.fusion import rrf
 from retrieval.types import Candidate, SearchResult
 
@@ -118,17 +119,18 @@ class Pipeline:
 
     # ---- answering ----------------------------------------------------------------------
     def ask(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
-            passages: list[str] | None = None, **sampling: Any) -> Answer:
+            passages: list[str] | None = None, mode: str | None = None, **sampling: Any) -> Answer:
         answer = None
         for item in self.stream(question, filters=filters, collection=collection, k=k, passages=passages,
-                                **sampling):
+                                mode=mode, **sampling):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None
         return answer
 
     def prepare(self, question: str, filters: Any = None, collection: str | None = None,
-                k: int | None = None, **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, Any]:
+                k: int | None = None, mode: str | None = None,
+                **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, Any]:
         """Everything up to generation: the partial Answer, the built prompt and sampling params."""
         self._check_question(question)
         t0 = time.perf_counter()
@@ -139,18 +141,24 @@ class Pipeline:
         passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
         if _below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []
-        return self._prompt_for(answer, passages, t0, sampling)
+        return self._prompt_for(answer, passages, t0, sampling, mode)
 
-    def prepare_given(self, question: str, texts: list[str], **sampling: Any):
+    def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
         self._check_question(question)
         t0 = time.perf_counter()
         passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
                     for i, t in enumerate(texts)]
-        return self._prompt_for(Answer(question=question, text="", queries=[question]), passages, t0, sampling)
+        return self._prompt_for(Answer(question=question, text="", queries=[question]), passages, t0, sampling,
+                                mode)
 
-    def _prompt_for(self, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any]):
+    def _prompt_for(self, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
+                    mode: str | None = None):
         question = answer.question
+        mode = mode or self.cfg.answer.mode
+        if mode not in ("short", "long"):
+            raise ValueError(f"mode must be 'short' or 'long', not {mode!r}")
+        answer.mode = mode
         if self.compressor is not None and passages:
             t1 = time.perf_counter()
             comp = self.compressor.compress(question, [p.text for p in passages])
@@ -162,11 +170,17 @@ class Pipeline:
             answer.timings_ms["total"] = _ms(t0)
             return answer, None, None
         gen = self.generator
+        if mode == "short":
+            # Copying from the passages is the point: no penalty on tokens the prompt contains.
+            sampling = {"max_tokens": self.cfg.answer.short_max_tokens, "repetition_penalty": 1.0, **sampling}
         params = self.cfg.generator.sampling.params(**sampling)
         budget = gen.max_model_len - params.max_tokens
-        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget)
+        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode)
         if self.cfg.generator.context_shift:
             params.context_shift_keep = built.system_tokens
+        if mode == "short" and self.cfg.answer.grounded:
+            params.logits_processors = [*params.logits_processors, self._span_processor(built, params)]
+            answer.grounded = True
         answer.passages = built.passages
         answer.dropped_passages = [p.chunk_id for p in built.dropped]
         answer.timings_ms["prepare"] = _ms(t0)
@@ -206,21 +220,60 @@ class Pipeline:
                 yield delta
         if tail := markers.flush():
             yield tail
-        yield self.finish(answer, last, markers, t0)
+        span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
+        final = self.finish(answer, last, markers, t0, span)
+        if final.text != markers.text:  # short mode: the citation markers (or the refusal) follow
+            yield final.text[len(markers.text):] if final.text.startswith(markers.text) else "\n" + final.text
+        yield final
 
-    def finish(self, answer: Answer, out: Any, markers: MarkerFilter, t0: float) -> Answer:
+    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: Any) -> GroundedSpanProcessor:
+        texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
+        return GroundedSpanProcessor(texts, self.generator.tokenizer, self.cfg.prompt.refusal,
+                                     eos_token_id=self.generator.engine.engine.eos_token_ids,
+                                     max_tokens=params.max_tokens, refuse_margin=self.refuse_margin)
+
+    @property
+    def refuse_margin(self) -> float | None:
+        """`answer.refuse_margin`, else what `rag eval calibrate` stored for this model."""
+        ac = self.cfg.answer
+        if ac.refuse_margin is not None:
+            return ac.refuse_margin
+        from .calibration import calibration_path, load_thresholds
+
+        entry = load_thresholds(calibration_path(self.cfg.storage_path, ac.calibration),
+                                self.cfg.generator.engine.model)
+        return entry.get("refuse_margin")
+
+    def finish(self, answer: Answer, out: Any, markers: MarkerFilter, t0: float,
+               span: GroundedSpanProcessor | None = None) -> Answer:
         """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
 
-        `text` is exactly what was streamed. When the model cited nothing, citations are
-        attributed by word overlap and flagged `inferred` (the text itself is left as streamed).
+        Long mode: `text` is exactly what was streamed; when the model cited nothing, citations
+        are attributed by word overlap and flagged `inferred`. Short mode: the span, then the
+        markers of the passages that contain it verbatim (none if none does). A refusal cites
+        nothing.
         """
         text = markers.text
-        by_marker = {p.marker: p for p in answer.passages}
-        cites = [to_citation(by_marker[n]) for n in markers.used]
-        if not cites and self.cfg.answer.attribute:
-            _, cites = attribute(text, answer.passages, self.cfg.answer.attribution_overlap)
+        refusal = self.cfg.prompt.refusal
+        refused = refusal.lower().rstrip(".") in text.lower() or (span is not None and span.refused)
+        if answer.mode == "short":
+            cites = [] if refused else self._span_citations(text, answer.passages)
+            if refused:
+                text = refusal
+            elif cites:
+                text = text.strip() + " " + "".join(f"[{c.marker}]" for c in cites)
+        else:
+            by_marker = {p.marker: p for p in answer.passages}
+            cites = [to_citation(by_marker[n]) for n in markers.used]
+            if not cites and self.cfg.answer.attribute and not refused:
+                _, cites = attribute(text, answer.passages, self.cfg.answer.attribution_overlap)
+            if refused:
+                cites = []
         answer.text, answer.citations, answer.removed_markers = text, cites, markers.removed
-        answer.refused = self.cfg.prompt.refusal.lower().rstrip(".") in text.lower()
+        answer.refused = refused
+        if span is not None:
+            answer.signals = {"margin": span.margin if span.margin is not None else 0.0,
+                              "span_logprob": span.span_logprob, "span_tokens": float(span.steps)}
         if out is not None:
             m = out.metrics
             answer.finish_reason = out.outputs[0].finish_reason
@@ -232,6 +285,11 @@ class Pipeline:
                     answer.timings_ms["decode"] = (m.e2e_latency - m.ttft) * 1000
         answer.timings_ms["total"] = _ms(t0)
         return answer
+
+    def _span_citations(self, text: str, passages: list[Passage]) -> list:
+        """Citations of the passages that contain the short answer verbatim (at most three)."""
+        body = [prompt_mod.passage_body(self.cfg.prompt, p) for p in passages]
+        return [to_citation(passages[i]) for i in span_sources(text.strip(), body)[:3]]
 
     def _check_question(self, question: str) -> None:
         if not question or not question.strip():

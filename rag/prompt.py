@@ -26,18 +26,28 @@ DEFAULT_SYSTEM = (
     "4. If the passages do not contain the answer, reply exactly: {refusal}"
 )
 DEFAULT_REFUSAL = "I don't know based on the provided documents."
+DEFAULT_SHORT_SYSTEM = (
+    "You answer questions by copying the answer from the numbered context passages the user "
+    "provides.\n"
+    "Rules:\n"
+    "1. Reply with only the shortest exact phrase from a passage that answers the question: a name, "
+    "number, date or short phrase, copied verbatim in the passage's language and script. No sentence, "
+    "no explanation.\n"
+    "2. If the passages do not contain the answer, reply exactly: {refusal}"
+)
 
 
 class PromptConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     system: str = DEFAULT_SYSTEM
+    short_system: str = Field(DEFAULT_SHORT_SYSTEM, description="system prompt of answer.mode short")
     refusal: str = DEFAULT_REFUSAL
     passage_template: str = "[{marker}] {title}\n{text}"
     user_template: str = "Context passages:\n\n{context}\n\nQuestion: {question}"
     max_passage_chars: int = Field(2000, ge=50, description="each passage is cut to this many characters")
 
-    def system_text(self) -> str:
-        return self.system.replace("{refusal}", self.refusal)
+    def system_text(self, mode: str = "long") -> str:
+        return (self.short_system if mode == "short" else self.system).replace("{refusal}", self.refusal)
 
 
 class PromptTooLong(ValueError):
@@ -53,28 +63,34 @@ class BuiltPrompt:
     system_tokens: int = 0
 
 
+def passage_body(cfg: PromptConfig, p: Passage) -> str:
+    """The passage text exactly as the model is shown it (grounded spans are matched against it)."""
+    return p.text if len(p.text) <= cfg.max_passage_chars else p.text[: cfg.max_passage_chars] + "…"
+
+
 def _passage_text(cfg: PromptConfig, p: Passage) -> str:
     title = p.title + (f" § {p.section}" if p.section else "")
-    text = p.text if len(p.text) <= cfg.max_passage_chars else p.text[: cfg.max_passage_chars] + "…"
+    text = passage_body(cfg, p)
     return cfg.passage_template.format(marker=p.marker, title=title or p.source, text=text).strip()
 
 
-def render(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage]) -> str:
+def render(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], mode: str = "long") -> str:
     context = "\n\n".join(_passage_text(cfg, p) for p in passages) or "(no passages)"
     messages = [
-        {"role": "system", "content": cfg.system_text()},
+        {"role": "system", "content": cfg.system_text(mode)},
         {"role": "user", "content": cfg.user_template.format(context=context, question=question)},
     ]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def system_prefix(cfg: PromptConfig, tokenizer: Any) -> str:
+def system_prefix(cfg: PromptConfig, tokenizer: Any, mode: str = "long") -> str:
     """The byte-stable head every prompt starts with (what the prefix cache serves)."""
-    full = render(cfg, tokenizer, "\x00", [])
-    return full[: full.index(cfg.system_text()) + len(cfg.system_text())]
+    full = render(cfg, tokenizer, "\x00", [], mode)
+    return full[: full.index(cfg.system_text(mode)) + len(cfg.system_text(mode))]
 
 
-def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], budget: int) -> BuiltPrompt:
+def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], budget: int,
+          mode: str = "long") -> BuiltPrompt:
     """Fit the prompt into `budget` tokens by dropping the lowest-ranked passages first.
 
     Passages arrive best-first; markers are renumbered 1..n over the kept ones so the model
@@ -84,10 +100,10 @@ def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passa
     dropped: list[Passage] = []
     while True:
         numbered = [_renumber(p, i + 1) for i, p in enumerate(kept)]
-        text = render(cfg, tokenizer, question, numbered)
+        text = render(cfg, tokenizer, question, numbered, mode)
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) <= budget:
-            sys_len = len(tokenizer.encode(system_prefix(cfg, tokenizer), add_special_tokens=False))
+            sys_len = len(tokenizer.encode(system_prefix(cfg, tokenizer, mode), add_special_tokens=False))
             return BuiltPrompt(ids, text, numbered, dropped, sys_len)
         if not kept:
             raise PromptTooLong(

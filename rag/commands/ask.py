@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     p.add_argument("--json", action="store_true", help="print the Answer as one JSON object")
     p.add_argument("--max-tokens", type=int)
+    p.add_argument("--mode", choices=["short", "long"],
+                   help="short: the answer span and its citation; long: a cited explanation (default: answer.mode)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         answer = None
         for item in pipe.stream(args.question, filters=args.filters or None, collection=args.collection,
-                                k=args.k, **sampling):
+                                k=args.k, mode=args.mode, **sampling):
             if isinstance(item, Answer):
                 answer = item
             elif args.stream and not args.json:

@@ -22,6 +22,10 @@ def register(sub) -> None:
     _common(q, "dev")
     q.add_argument("--concurrency", type=int, default=1,
                    help="answer N questions at once (engine batching; latencies then include queueing)")
+    q.add_argument("--mode", choices=["short", "long"], default="short",
+                   help="answer mode (EM/F1 sets score short answers; default short)")
+    q.add_argument("--answers", metavar="OUT.jsonl",
+                   help="write every question's answer, gold, citations, refusal flag and F1 here")
     q.set_defaults(func=run_qa)
     a = esub.add_parser("ablate", help="a grid of config variants on the same queries (resumable)")
     _common(a, "test")
@@ -105,11 +109,15 @@ def run_qa(args: argparse.Namespace) -> int:
     items = load_qa(args.dataset, args.split, limit=args.limit, sample=args.sample, seed=args.seed)
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:
-        res = evaluate_qa(items, answer_fn(pipe), progress=not args.no_progress, dataset=Path(args.dataset).name,
-                          split=args.split, config=_config_summary(args), concurrency=args.concurrency)
+        res = evaluate_qa(items, answer_fn(pipe, args.mode), progress=not args.no_progress,
+                          dataset=Path(args.dataset).name, split=args.split,
+                          config={**_config_summary(args), "mode": args.mode}, concurrency=args.concurrency,
+                          answers_path=args.answers)
     finally:
         pipe.close()
     _finish(res, args)
+    if args.answers:
+        print(f"wrote {args.answers}")
     return 0
 
 

@@ -18,8 +18,8 @@ router = APIRouter(tags=["rag"])
 
 def _sampling(req: AskRequest) -> dict:
     o = req.options
-    return {k: v for k, v in (("max_tokens", o.max_tokens), ("temperature", o.temperature), ("seed", o.seed))
-            if v is not None}
+    return {k: v for k, v in (("max_tokens", o.max_tokens), ("temperature", o.temperature), ("seed", o.seed),
+                              ("mode", req.mode)) if v is not None}
 
 
 def _answer_json(answer: Answer, passages: bool) -> dict:

@@ -163,7 +163,9 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
     question = next((m.text() for m in reversed(req.messages) if m.role == "user"), "")
     check_question(st, question, "messages")
     check_max_tokens(st, req.max_tokens, "max_tokens")
-    sampling = {k: v for k, v in (("max_tokens", req.max_tokens), ("temperature", req.temperature)) if v is not None}
+    mode = req.rag.mode if not isinstance(req.rag, bool) else None
+    sampling = {k: v for k, v in (("max_tokens", req.max_tokens), ("temperature", req.temperature), ("mode", mode))
+                if v is not None}
     await st.admission.__aenter__()
     gen = pipe.astream(question, filters=req.filters, collection=req.collection, request_id=cid, **sampling)
 

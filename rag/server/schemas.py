@@ -25,6 +25,8 @@ class AskRequest(BaseModel):
     collection: str | None = None
     top_k: int | None = Field(None, ge=1, le=50)
     stream: bool = False
+    mode: Literal["short", "long"] | None = Field(None, description=(
+        "short: the answer span and its citation; long: a cited explanation (default: answer.mode)"))
     options: AskOptions = Field(default_factory=AskOptions)
 
 
@@ -71,10 +73,19 @@ class _OpenAIBase(BaseModel):
     frequency_penalty: float | None = None
 
 
+class RagExtension(BaseModel):
+    """The `rag` object of an OpenAI chat request: answer from the index with these options."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["short", "long"] | None = None
+
+
 class ChatRequest(_OpenAIBase):
     messages: list[ChatMessage] = Field(min_length=1)
     response_format: dict[str, Any] | None = None
-    rag: bool = Field(False, description="answer the last user message from the index, with citations")
+    rag: bool | RagExtension = Field(False, description=(
+        "answer the last user message from the index, with citations (true, or options such as "
+        '{"mode": "short"})'))
     filters: Filters = None
     collection: str | None = None
 

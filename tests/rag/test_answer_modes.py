@@ -1,0 +1,97 @@
+"""Answer modes through the real pipeline (SmolLM2): short grounded spans with exact citations,
+refusals that cite nothing, per-request mode over CLI/REST/OpenAI, and Chinese spans."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rag.answer import Answer
+
+
+def _body(text: str) -> str:
+    return re.sub(r"\s*\[\d+\]", "", text).strip()
+
+
+def test_short_grounded_answer_is_a_verbatim_span_with_its_citation(pipeline):
+    """Catches a short answer that is not copied from a passage, or cites one that lacks it."""
+    a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+    assert a.mode == "short" and a.grounded and not a.refused
+    span = _body(a.text)
+    assert span and len(span.split()) <= 12
+    cited = {c.marker for c in a.citations}
+    assert cited, a
+    for p in a.passages:
+        assert (p.marker in cited) == (span in " ".join(p.text.split()))
+    assert all(f"[{m}]" in a.text for m in cited)
+    assert not any(c.inferred for c in a.citations)
+    assert "margin" in a.signals
+
+
+def test_short_answer_streams_exactly_its_final_text(pipeline):
+    """Catches a final text (with markers appended) that differs from what was streamed."""
+    deltas, final = [], None
+    for item in pipeline.stream("How long does the XR-300 drone fly?", mode="short"):
+        if isinstance(item, Answer):
+            final = item
+        else:
+            deltas.append(item)
+    assert final is not None
+    assert "".join(deltas) == final.text
+
+
+def test_forced_refusal_cites_nothing(pipeline):
+    """Catches a refusal that keeps citations, or a margin threshold that is ignored."""
+    cfg = pipeline.cfg
+    old = cfg.answer.refuse_margin
+    try:
+        cfg.answer.refuse_margin = -1e9  # every question goes down the no-answer path
+        a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+    finally:
+        cfg.answer.refuse_margin = old
+    assert a.refused and a.text == cfg.prompt.refusal and a.citations == []
+
+
+def test_long_mode_refusal_has_no_citations(pipeline):
+    """Catches overlap attribution citing a passage for 'I don't know'."""
+    texts = ["The capital city of Zarnovia is Velmora."]
+    a = pipeline.ask("Who painted the Mona Lisa?", passages=texts, mode="long", max_tokens=24)
+    if a.refused:
+        assert a.citations == []
+
+
+def test_short_mode_chinese_span_keeps_script(pipeline):
+    """Catches CJK spans that cannot be decoded or cited without word boundaries."""
+    texts = ["臺北市是中華民國的首都，龍山寺建於西元1738年，是著名的古蹟。", "The XR-300 drone has a foldable frame."]
+    a = pipeline.ask("龍山寺建於哪一年？", passages=texts, mode="short")
+    if not a.refused:
+        span = _body(a.text)
+        assert span and span in " ".join(texts[0].split()) + " " + texts[1]
+        assert a.citations and all(c.doc_id.startswith("given-") for c in a.citations)
+
+
+def test_bad_mode_is_an_error(pipeline):
+    with pytest.raises(ValueError, match="mode"):
+        pipeline.ask("What is the capital city of Zarnovia?", mode="medium")
+
+
+def test_rest_and_openai_take_the_mode(server):
+    """Catches the per-request mode being dropped by the HTTP layers."""
+    import httpx
+
+    base, _ = server
+    r = httpx.post(f"{base}/v1/ask", json={"question": "What is the capital city of Quintara?", "mode": "short"},
+                   timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["mode"] == "short" and body["grounded"] is True
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": "What is the capital city of Quintara?"}],
+        "rag": {"mode": "short"}})
+    assert r.status_code == 200, r.text
+    content = r.json()["choices"][0]["message"]["content"]
+    assert len(_body(content).split()) <= 12
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+        "messages": [{"role": "user", "content": "x"}], "rag": {"mode": "tiny"}})
+    assert r.status_code in (400, 422)
