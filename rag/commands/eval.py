@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def register(sub) -> None:
     q.add_argument("--answers", metavar="OUT.jsonl",
                    help="write every question's answer, gold, citations, refusal flag and F1 here")
     q.set_defaults(func=run_qa)
+    c = esub.add_parser("calibrate", help="choose the refusal threshold on questions the reported eval does not score")
+    add_config_args(c)
+    c.add_argument("--dataset", required=True, metavar="DIR")
+    c.add_argument("--split", default="dev")
+    c.add_argument("--limit", type=int, default=80, help="calibration questions to answer")
+    c.add_argument("--seed", type=int, default=1, help="seed of the calibration sample")
+    c.add_argument("--exclude-limit", type=int, default=100,
+                   help="leave out the questions of `rag eval qa --limit N --sample --seed S` (this N)")
+    c.add_argument("--exclude-seed", type=int, default=0, help="... and this S")
+    c.add_argument("--max-false-refusal", type=float, default=0.15)
+    c.add_argument("--out", metavar="FILE", help="calibration file (default: answer.calibration under storage)")
+    c.add_argument("--no-progress", action="store_true")
+    c.set_defaults(func=run_calibrate)
     a = esub.add_parser("ablate", help="a grid of config variants on the same queries (resumable)")
     _common(a, "test")
     a.add_argument("--grid", required=True, metavar="FILE")
@@ -118,6 +132,47 @@ def run_qa(args: argparse.Namespace) -> int:
     _finish(res, args)
     if args.answers:
         print(f"wrote {args.answers}")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from eval.answers import token_f1
+    from eval.calibrate import Point, calibration_items, pick_margin
+    from eval.datasets import load_qa
+    from eval.qa_eval import normalise_answer_output
+    from eval.runner import open_eval_pipeline
+
+    from ..calibration import calibration_path, save_thresholds
+
+    cfg = config_from(args)
+    if not cfg.answer.grounded:
+        print("error: calibration needs answer.grounded: true (the margin comes from the span decoder)",
+              file=sys.stderr)
+        return 2
+    items = calibration_items(load_qa(args.dataset, args.split), args.limit, args.seed, args.exclude_limit,
+                              args.exclude_seed)
+    cfg.answer.refuse_margin = 1e9  # always take the best span; the threshold is chosen afterwards
+    pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
+    points = []
+    try:
+        from tqdm import tqdm
+
+        for it in tqdm(items, disable=args.no_progress, desc="calibrate", unit="q"):
+            a = pipe.ask(it.question, mode="short")
+            out = normalise_answer_output(a)
+            text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
+            f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
+            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1))
+    finally:
+        pipe.close()
+    best = pick_margin(points, args.max_false_refusal)
+    model = cfg.generator.engine.model
+    path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
+    save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
+                                  "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}"})
+    print(f"{model}: refuse_margin {best['refuse_margin']} (calibration F1 {best['f1']:.3f}, refusal accuracy "
+          f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
+    print(f"wrote {path}")
     return 0
 
 

@@ -1,0 +1,53 @@
+"""Refusal calibration: the split excludes the reported sample, and the threshold honours the
+false-refusal cap; `--answers` writes one scored line per question."""
+
+from __future__ import annotations
+
+import json
+
+from eval.calibrate import Point, calibration_items, pick_margin, score_threshold
+from eval.datasets import QAItem, sample_ids
+from eval.qa_eval import QAOutput, evaluate_qa
+
+
+def _items(n: int) -> list[QAItem]:
+    return [QAItem(id=f"q{i}", question=f"question {i}?", answers=[] if i % 3 == 0 else [f"ans {i}"],
+                   is_impossible=i % 3 == 0) for i in range(n)]
+
+
+def test_calibration_split_is_disjoint_from_the_reported_sample():
+    """Catches tuning on the questions whose scores are published."""
+    items = _items(400)
+    reported = set(sample_ids([i.id for i in items], 100, True, 0))
+    cal = calibration_items(items, 80, 1, 100, 0)
+    assert len(cal) == 80
+    assert not reported & {i.id for i in cal}
+
+
+def test_threshold_refuses_high_margins_within_the_false_refusal_cap():
+    """Catches an inverted threshold direction and an ignored false-refusal limit."""
+    pts = [Point(2.0, True, 0.0), Point(1.5, True, 0.0), Point(-3.0, False, 1.0), Point(-2.5, False, 0.8),
+           Point(1.0, False, 1.0), Point(-1.0, True, 0.0)]
+    best = pick_margin(pts, max_false_refusal=0.0)
+    assert 1.0 < best["refuse_margin"] < 1.5  # refuse the two high-margin unanswerables only
+    assert best["false_refusal"] == 0.0 and best["refusal_acc"] == 2 / 3
+    loose = pick_margin(pts, max_false_refusal=0.5)
+    assert loose["f1"] >= best["f1"]
+    assert score_threshold(pts, 1e9)["refusal_acc"] == 0.0
+
+
+def test_answers_jsonl_has_the_contract_fields(tmp_path):
+    """Catches missing or renamed fields in `rag eval qa --answers`."""
+    items = _items(3)
+    outs = {"question 0?": QAOutput(text="I don't know based on the provided documents.", refused=True),
+            "question 1?": QAOutput(text="ans 1 [1]"), "question 2?": QAOutput(text="wrong")}
+    path = tmp_path / "a.jsonl"
+    evaluate_qa(items, lambda q: outs[q], progress=False, warmup=False, answers_path=path)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(rows) == 3
+    for key in ("question", "gold", "answer", "citations", "refused", "f1"):
+        assert all(key in r for r in rows), key
+    by_q = {r["question"]: r for r in rows}
+    assert by_q["question 0?"]["refused"] and by_q["question 0?"]["f1"] == 1.0
+    assert by_q["question 1?"]["f1"] == 1.0 and by_q["question 1?"]["gold"] == ["ans 1"]
+    assert by_q["question 2?"]["f1"] == 0.0 and not by_q["question 2?"]["refused"]
