@@ -16,7 +16,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from eval.answers import rgb_scores
+from eval.answers import RGB_REJECT, rgb_scores
 from eval.cache import QueryCache
 from eval.cost import TOTAL, latency_summary
 from eval.datasets import RGBItem, rgb_passages
@@ -54,6 +54,7 @@ def evaluate_rgb(
     """Accuracy (`rgb_acc`), rejection rate (`rgb_reject`) and, for counterfactual runs, the
     share of answers that flag the factual error (`fact_detect`)."""
     texts: dict[str, str] = {}
+    refused: dict[str, bool] = {}
     timings: dict[str, dict[str, float]] = {}
     todo = [it for it in items if cache is None or it.id not in cache]
     if cache is not None:
@@ -61,6 +62,7 @@ def evaluate_rgb(
             rec = cache.get(it.id)
             if rec is not None:
                 texts[it.id], timings[it.id] = rec["text"], rec["timings_ms"]
+                refused[it.id] = bool(rec.get("refused"))
     bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not progress,
                desc=f"rgb {name or dataset}".strip(), unit="q")
     try:
@@ -73,13 +75,21 @@ def evaluate_rgb(
             out = normalise_answer_output(answer_fn(it.query, ctx))
             out.timings_ms.setdefault(TOTAL, (time.perf_counter() - t0) * 1000.0)
             texts[it.id], timings[it.id] = out.text, out.timings_ms
+            refused[it.id] = bool(out.refused)
             if cache is not None:
-                cache.put(it.id, {"text": out.text, "timings_ms": out.timings_ms})
+                cache.put(it.id, {"text": out.text, "timings_ms": out.timings_ms, "refused": refused[it.id]})
             bar.update(1)
     finally:
         bar.close()
     preds = [texts[it.id] for it in items]
     metrics = rgb_scores(preds, [it.answer for it in items])
+    # The pipeline's own refusal (its configured text) counts as rejection, like RGB's phrase.
+    rejected = [refused.get(it.id, False) or any(r in texts[it.id].lower() for r in RGB_REJECT) for it in items]
+    metrics["rgb_reject"] = sum(rejected) / max(1, len(items))
+    if noise_rate >= 1.0:
+        metrics["negative_rejection"] = metrics["rgb_reject"]
+    else:
+        metrics["noise_robustness"] = metrics["rgb_acc"]
     if counterfactual:
         metrics["fact_detect"] = sum(any(f in p.lower() for f in FACT_DETECT) for p in preds) / max(1, len(preds))
     per_query = {it.id: {"correct": float(rgb_scores([texts[it.id]], [it.answer])["rgb_acc"])} for it in items}

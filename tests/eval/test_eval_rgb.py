@@ -29,12 +29,24 @@ def test_rgb_noise_rejection_and_counterfactual(tmp_path):
     p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     items = load_rgb(p)
     clean = evaluate_rgb(items, reader, noise_rate=0.4, n_passages=4, progress=False)
-    assert clean.metrics == {"rgb_acc": 1.0, "rgb_reject": 0.0} and clean.config["noise_rate"] == 0.4
+    assert clean.metrics == {"rgb_acc": 1.0, "rgb_reject": 0.0, "noise_robustness": 1.0}
+    assert clean.config["noise_rate"] == 0.4
     noise = evaluate_rgb(items, reader, noise_rate=1.0, n_passages=4, progress=False)
-    assert noise.metrics == {"rgb_acc": 0.0, "rgb_reject": 1.0}
+    assert noise.metrics == {"rgb_acc": 0.0, "rgb_reject": 1.0, "negative_rejection": 1.0}
     fact = evaluate_rgb(items, reader, counterfactual=True, n_passages=3, progress=False)
     assert fact.metrics["rgb_acc"] == 0.0 and fact.metrics["fact_detect"] == 0.0
     cache = QueryCache(tmp_path / "rgb.jsonl", "k")
     evaluate_rgb(items[:2], reader, progress=False, cache=cache)
     again = evaluate_rgb(items, reader, progress=False, cache=QueryCache(tmp_path / "rgb.jsonl", "k"))
     assert again.executed == 1 and again.metrics["rgb_acc"] == 1.0
+
+
+def test_pipeline_refusal_counts_as_rejection(tmp_path):
+    """Catches a pipeline refusal (its own wording, `refused` flag) scored as a wrong answer
+    instead of a rejection."""
+    p = tmp_path / "en.json"
+    p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    items = load_rgb(p)
+    res = evaluate_rgb(items, lambda q, ps: {"text": "I don't know based on the provided documents.",
+                                             "refused": True}, noise_rate=1.0, n_passages=4, progress=False)
+    assert res.metrics["negative_rejection"] == 1.0 and res.metrics["rgb_acc"] == 0.0
