@@ -12,6 +12,7 @@ import torch
 from inference import kv_cache, prompt_logprobs
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
+from inference.errors import ContextOverflow, EmptyPrompt
 from inference.model_loader import load_model, load_tokenizer, resolve_model_dir
 from inference.model_runner import ModelRunner
 from inference.outputs import RequestOutput
@@ -106,14 +107,14 @@ class LLMEngine:
         else:
             text, ids = None, [int(t) for t in prompt]
         if not ids:
-            raise ValueError("prompt is empty")
+            raise EmptyPrompt("prompt is empty")
         if len(ids) >= self.max_model_len:
-            raise ValueError(f"prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} "
+            raise ContextOverflow(f"prompt has {len(ids)} tokens but max_model_len is {self.max_model_len} "
                              "(prompt plus at least one generated token must fit)")
         max_total = min(len(ids) + params.max_tokens, self.max_model_len)
         need = -(-max_total // self.bm.block_size)
         if need > self.bm.num_blocks:
-            raise ValueError(f"request needs {need} KV blocks ({max_total} tokens) but the pool only has "
+            raise ContextOverflow(f"request needs {need} KV blocks ({max_total} tokens) but the pool only has "
                              f"{self.bm.num_blocks} blocks ({self.num_kv_tokens} tokens); it can never run")
         request_id = request_id or f"req-{next(_req_ids)}"
         seq = Sequence(request_id, ids, params, priority=priority,

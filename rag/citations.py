@@ -98,7 +98,9 @@ class MarkerFilter:
 
 def to_citation(p: Passage, inferred: bool = False) -> Citation:
     url = p.metadata.get("url") or (p.source if p.source.startswith(("http://", "https://")) else None)
-    return Citation(marker=p.marker, chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title,
+    # An uploaded document is cited by the client's file name, not the server's copy of it.
+    source = str(p.metadata.get("filename") or p.source)
+    return Citation(marker=p.marker, chunk_id=p.chunk_id, doc_id=p.doc_id, source=source, title=p.title,
                     page=p.page, url=url, section=p.section, inferred=inferred)
 
 

@@ -13,6 +13,7 @@ were embedded before).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 
 from indexing.store import DocumentStore
@@ -148,8 +150,24 @@ class CollectionIndex:
             self.dense = DenseIndex(emb.dim, self.cfg.dense, self.cfg.embedder.fp16_storage)
         self.hashes, self.manifest = {}, {}
 
-    def sync(self, store: DocumentStore, rebuild: bool = False, batch: int = 2048) -> dict[str, int]:
-        """Bring the index in line with the store; returns counts of added/removed/kept chunks."""
+    def copy(self) -> CollectionIndex:
+        """An independent copy to sync into while searches keep reading this one (copy-on-write:
+        the retriever swaps the synced copy in only when it is complete and saved)."""
+        new = CollectionIndex(self.dir.parent, self.collection, self.cfg, self._embedder, self.analyzer)
+        new.bm25 = copy.deepcopy(self.bm25)
+        if self.dense is not None:
+            new.dense = copy.copy(self.dense)
+            new.dense.index, new.dense._gpu = faiss.clone_index(self.dense.index), None
+        new.hashes, new.manifest = dict(self.hashes), dict(self.manifest)
+        return new
+
+    def sync(self, store: DocumentStore, rebuild: bool = False, batch: int = 2048,
+             on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
+        """Bring the index in line with the store; returns counts of added/removed/kept chunks.
+
+        `on_progress(done, total)` is called after each batch of chunks (re)indexed, so a long
+        rebuild shows its progress (server `/ready`, CLI progress bar).
+        """
         version = store.version(self.collection)
         if rebuild:
             self._empty()
@@ -187,6 +205,8 @@ class CollectionIndex:
                 self.dense.add(ids, self._embedder().encode_documents(texts))
             for i, _ in part:
                 self.hashes[i] = current[i]
+            if on_progress is not None:
+                on_progress(min(s + batch, len(todo)), len(todo))
         self.save(version)
         self._fields, self._allowed_cache, self._mask_cache = None, {}, {}
         log.info("synced %s: +%d -%d (%d chunks)", self.collection, len(todo), len(stale), len(self.hashes))

@@ -32,6 +32,7 @@ from .small_to_big import expand_to_parents, sentence_window
 from .types import Candidate, SearchResult
 
 FilterSpec = Filters | str | Sequence[str] | Mapping[str, Any] | None
+Progress = Callable[[int, int], None] | None
 
 
 class Retriever:
@@ -43,6 +44,7 @@ class Retriever:
         self._cache_path = Path(cache_path) if cache_path else self.index_root.parent / "embeddings.sqlite"
         self.analyzer = Analyzer(cfg.bm25.analyzer)
         self._indexes: dict[str, CollectionIndex] = {}
+        self._sync_locks: dict[str, threading.Lock] = {}
         self._lock = threading.RLock()  # a server thread may search while another syncs
         self.router = Router(cfg.collections, cfg.router, self.embedder, llm_router)
 
@@ -67,41 +69,53 @@ class Retriever:
         return [c.name for c in self.cfg.collections] or [self.cfg.default_collection]
 
     def index(self, collection: str) -> CollectionIndex:
+        """The collection's index, synced when `auto_sync` asks for it. While another thread is
+        syncing the collection, the last complete index answers instead of waiting for it."""
         with self._lock:
-            return self._index(collection)
+            ci = self._indexes.get(collection)
+            if ci is None or not ci.manifest:
+                probe = ci or CollectionIndex(self.index_root, collection, self.cfg, self.embedder, self.analyzer)
+                if probe.exists():
+                    probe.load()
+                    ci = self._indexes[collection] = probe
+        if ci is not None and ci.manifest and (not self.cfg.auto_sync or ci.is_current(self.store)
+                                               or self._sync_lock(collection).locked()):
+            return ci
+        self._sync_one(collection, rebuild=False)
+        with self._lock:
+            return self._indexes[collection]
 
-    def _index(self, collection: str) -> CollectionIndex:
-        ci = self._indexes.get(collection)
-        if ci is None:
-            ci = self._indexes[collection] = CollectionIndex(self.index_root, collection, self.cfg,
-                                                              self.embedder, self.analyzer)
-        if not ci.manifest:
-            if ci.exists():
-                ci.load()
-            else:
-                ci.sync(self.store)
-        if self.cfg.auto_sync and not ci.is_current(self.store):
-            ci.sync(self.store)
-        return ci
-
-    def sync(self, collection: str | None = None) -> dict[str, dict[str, int]]:
+    def sync(self, collection: str | None = None, on_progress: Progress = None) -> dict[str, dict[str, int]]:
         """Add missing / remove stale chunks in the indexes of one collection (or all)."""
-        return self._sync_all(collection, rebuild=False)
+        return self._sync_all(collection, rebuild=False, on_progress=on_progress)
 
-    def reindex(self, collection: str | None = None) -> dict[str, dict[str, int]]:
+    def reindex(self, collection: str | None = None, on_progress: Progress = None) -> dict[str, dict[str, int]]:
         """Rebuild from the store, ignoring what is on disk (the fix for IndexMismatchError)."""
-        return self._sync_all(collection, rebuild=True)
+        return self._sync_all(collection, rebuild=True, on_progress=on_progress)
 
-    def _sync_all(self, collection: str | None, rebuild: bool) -> dict[str, dict[str, int]]:
-        out = {}
-        for name in [collection] if collection else self.collection_names():
+    def _sync_all(self, collection: str | None, rebuild: bool, on_progress: Progress = None
+                  ) -> dict[str, dict[str, int]]:
+        return {name: self._sync_one(name, rebuild, on_progress)
+                for name in ([collection] if collection else self.collection_names())}
+
+    def _sync_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._sync_locks.setdefault(name, threading.Lock())
+
+    def _sync_one(self, name: str, rebuild: bool, on_progress: Progress = None) -> dict[str, int]:
+        """Copy-on-write sync: the work happens on a copy while searches keep reading the last
+        complete index; the copy is swapped in once it is saved. One sync per collection at a time."""
+        with self._sync_lock(name):
             with self._lock:
-                ci = self._indexes.get(name)
-                if ci is None or rebuild:
-                    ci = self._indexes[name] = CollectionIndex(self.index_root, name, self.cfg, self.embedder,
-                                                               self.analyzer)
-                out[name] = ci.sync(self.store, rebuild=rebuild)
-        return out
+                cur = self._indexes.get(name)
+                if cur is not None and not rebuild and not cur.manifest and cur.exists():
+                    cur.load()
+            fresh = CollectionIndex(self.index_root, name, self.cfg, self.embedder, self.analyzer)
+            work = cur.copy() if cur is not None and cur.manifest and not rebuild else fresh
+            stats = work.sync(self.store, rebuild=rebuild, on_progress=on_progress)
+            with self._lock:
+                self._indexes[name] = work
+            return stats
 
     # ---- search -------------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, mode: str | None = None, filters: FilterSpec = None,

@@ -10,8 +10,9 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from ..config import RagConfig
-from . import middleware, routes_ask, routes_docs, routes_openai, routes_ops
+from . import errors, middleware, routes_ask, routes_docs, routes_openai, routes_ops
 from .config import ServerConfig
+from .job_store import SqliteJobStore
 from .jobs import JobRunner
 from .state import Admission, ServerState
 
@@ -33,14 +34,18 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -
                 state.pipeline = Pipeline(cfg)
             pipe = state.pipeline
             for c in pipe.store.collections() or [cfg.retrieval.default_collection]:
-                pipe.retriever.sync(c)
+                state.progress.start(f"rebuilding collection {c}")
+                pipe.retriever.sync(c, on_progress=state.progress.update)
+            state.progress.start("loading the language model")
             pipe.generator  # noqa: B018 - loads the engine now, not on the first request
-            state.jobs = JobRunner(pipe, pipe.lock)
+            state.jobs = JobRunner(pipe, pipe.lock, SqliteJobStore(pipe.store.path), cfg.storage_path / "uploads")
+            state.progress.finish()
             eng = pipe.generator.engine
             state.registry.gauge_source("rag_engine", "engine state", eng.stats)
             state.ready = True
         except Exception as e:  # surfaced by /ready; the process stays up for inspection
             state.load_error = f"{type(e).__name__}: {e}"
+            state.progress.finish()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -54,6 +59,7 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -
         state.draining = True
         if state.jobs is not None:
             await asyncio.to_thread(state.jobs.stop, server.shutdown_grace_s)
+            state.jobs.store.close()
         if state.pipeline is not None and pipeline is None:
             await asyncio.to_thread(state.pipeline.close)
 
@@ -63,6 +69,7 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -
     if server.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=server.cors_origins, allow_methods=["*"],
                            allow_headers=["*"])
+    errors.install(app)
     middleware.install(app, state)
     app.add_middleware(middleware.BodyLimit, limit=server.max_body_bytes)
     for r in (routes_ops.router, routes_ask.router, routes_docs.router, routes_openai.router):

@@ -10,7 +10,17 @@ from fastapi.responses import StreamingResponse
 
 from ..answer import Answer
 from ..prompt import PromptTooLong
-from .deps import bad, check_max_tokens, check_question, get_state, observe_stages, ready_pipeline, sse
+from .deps import (
+    check_collection,
+    check_max_tokens,
+    check_question,
+    get_state,
+    observe_stages,
+    parse_filters,
+    ready_pipeline,
+    sse,
+)
+from .errors import LimitError
 from .schemas import AskRequest, SearchRequest
 
 router = APIRouter(tags=["rag"])
@@ -32,8 +42,10 @@ async def ask(req: AskRequest, request: Request):
     pipe = ready_pipeline(request)
     check_question(st, req.question)
     check_max_tokens(st, req.options.max_tokens, "options.max_tokens")
+    filters = parse_filters(req.filters)
+    check_collection(pipe, req.collection)
     rid = f"ask-{uuid.uuid4().hex}"
-    gen = pipe.astream(req.question, filters=req.filters, collection=req.collection, k=req.top_k,
+    gen = pipe.astream(req.question, filters=filters, collection=req.collection, k=req.top_k,
                        request_id=rid, **_sampling(req))
     await st.admission.__aenter__()
     try:
@@ -71,13 +83,15 @@ async def ask(req: AskRequest, request: Request):
 
 
 async def _first(gen):
-    """Run up to the first delta so retrieval and prompt errors become proper 4xx responses."""
+    """Run up to the first delta so a prompt that cannot fit becomes a 413 before streaming starts.
+
+    Filters and the question were checked before; anything else raised here is a server bug and
+    goes to the app's 500 handler.
+    """
     try:
         return await gen.__anext__()
     except PromptTooLong as e:
-        raise bad("question", str(e), 413) from None
-    except ValueError as e:
-        raise bad("question" if "question" in str(e) else "filters", str(e)) from None
+        raise LimitError(f"question: {e}", "question") from None
 
 
 @router.post("/v1/search", summary="Retrieval only: ranked chunks with scores and metadata")
@@ -85,10 +99,9 @@ async def search(req: SearchRequest, request: Request):
     st = get_state(request)
     pipe = ready_pipeline(request)
     check_question(st, req.query, "query")
-    try:
-        res = await asyncio.to_thread(_search, pipe, req)
-    except ValueError as e:
-        raise bad("filters", str(e)) from None
+    filters = parse_filters(req.filters)
+    check_collection(pipe, req.collection)
+    res = await asyncio.to_thread(_search, pipe, req, filters)
     observe_stages(st, res.timings_ms)
     out = res.to_dict()
     for r, c in zip(out["results"], res.candidates):
@@ -96,9 +109,9 @@ async def search(req: SearchRequest, request: Request):
     return out
 
 
-def _search(pipe, req: SearchRequest):
+def _search(pipe, req: SearchRequest, filters):
     if req.mode:
         with pipe.lock:
-            return pipe.retriever.search(req.query, k=req.top_k, mode=req.mode, filters=req.filters,
+            return pipe.retriever.search(req.query, k=req.top_k, mode=req.mode, filters=filters,
                                          collection=req.collection)
-    return pipe.search(req.query, filters=req.filters, collection=req.collection, k=req.top_k)
+    return pipe.search(req.query, filters=filters, collection=req.collection, k=req.top_k)

@@ -1,26 +1,44 @@
-"""Document management: uploads become background ingest jobs; list, get and delete documents."""
+"""Document management: uploads become durable background ingest jobs; list, get and delete."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import uuid
+import os
+import re
 from pathlib import Path
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
 
 from indexing.config import SUPPORTED_EXTENSIONS
 
 from .deps import bad, get_state, ready_pipeline
-from .schemas import DocumentIn
+from .errors import InvalidRequest, NotFound, UnsupportedMedia, from_validation
+from .schemas import COLLECTION_PATTERN, DocumentIn
 
 router = APIRouter(tags=["documents"])
 
 
-def _upload_dir(request: Request) -> Path:
-    d = get_state(request).cfg.storage_path / "uploads"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+def safe_name(filename: str, suffix: str) -> str:
+    """The client's file name reduced to a harmless base name (kept so titles and citations read
+    `report.md`, not a generated id). It only ever lands inside a directory we generated."""
+    base = Path(filename.replace("\\", "/")).name
+    base = re.sub(r"[^\w.\- ]+", "_", base).strip(" .")[:120]
+    if not base or not base.lower().endswith(suffix):
+        base = (base or "upload") + suffix
+    return base
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write-then-rename: the final name exists only once the bytes are complete on disk."""
+    part = path.with_name(path.name + ".part")
+    with part.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
 
 
 @router.post("/v1/documents", status_code=202,
@@ -29,57 +47,69 @@ async def add_document(request: Request):
     st = get_state(request)
     ready_pipeline(request)
     ctype = request.headers.get("content-type", "")
-    # Generated names only: no client-supplied path or file name ever reaches the filesystem.
-    name = uuid.uuid4().hex
     if ctype.startswith("multipart/form-data"):
         form = await request.form()
         upload = form.get("file")
         if upload is None or not hasattr(upload, "read"):
             raise bad("file", "a multipart upload needs a 'file' part")
-        suffix = Path(upload.filename or "").suffix.lower()
+        original = str(upload.filename or "")
+        suffix = Path(original).suffix.lower()
         if suffix not in SUPPORTED_EXTENSIONS:
-            raise bad("file", f"unsupported file type {suffix or '(none)'}; supported: "
-                      f"{', '.join(SUPPORTED_EXTENSIONS)}", 415)
+            raise UnsupportedMedia(f"file: unsupported file type {suffix or '(none)'}; supported: "
+                                   f"{', '.join(SUPPORTED_EXTENSIONS)}", "file")
         try:
-            metadata = json.loads(form.get("metadata") or "{}")
+            metadata = json.loads(str(form.get("metadata") or "{}"))
         except json.JSONDecodeError as e:
             raise bad("metadata", f"not valid JSON: {e}") from None
         if not isinstance(metadata, dict):
             raise bad("metadata", "must be a JSON object")
         collection = str(form.get("collection") or "default")
-        if not collection.replace("-", "").replace("_", "").isalnum() or len(collection) > 64:
-            raise bad("collection", "letters, digits, '-' and '_' only (at most 64)")
-        path = _upload_dir(request) / f"{name}{suffix}"
-        path.write_bytes(await upload.read())
-        metadata.setdefault("filename", Path(upload.filename or "").name[:200])
-        job = st.jobs.submit(path, collection, metadata, "file")
+        if not re.fullmatch(COLLECTION_PATTERN, collection):
+            raise bad("collection", "letters, digits, '-' and '_' only (1 to 64)")
+        data = await upload.read()
+        name = safe_name(original, suffix)
+        metadata.setdefault("filename", name)
+        job, d = st.jobs.new_job("file", collection)
+        job.filename = name
+        await asyncio.to_thread(_write, d / name, data)
+        st.jobs.submit(job, d / name, metadata)
     else:
         try:
-            body = DocumentIn.model_validate(await request.json())
-        except json.JSONDecodeError as e:
-            raise bad("body", f"not valid JSON: {e}") from None
-        doc_id = body.doc_id or name
-        path = _upload_dir(request) / f"{name}.jsonl"
-        record = {"_id": doc_id, "title": body.title, "text": body.text, "metadata": body.metadata}
-        path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
-        job = st.jobs.submit(path, body.collection, {}, "text")
+            raw: Any = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidRequest(f"body: not valid JSON: {e}", "body") from None
+        try:
+            body = DocumentIn.model_validate(raw)
+        except ValidationError as e:
+            raise from_validation(list(e.errors()), ("body",)) from None
+        job, d = st.jobs.new_job("text", body.collection)
+        doc_id = body.doc_id or job.id
         job.doc_ids.append(doc_id)
+        job.filename = doc_id
+        meta = {"filename": doc_id, **body.metadata}
+        record = {"_id": doc_id, "title": body.title, "text": body.text, "metadata": meta}
+        path = d / "document.jsonl"
+        await asyncio.to_thread(_write, path, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        st.jobs.submit(job, path, {})
     return {"job_id": job.id, "status": job.status, "doc_ids": job.doc_ids, "job": f"/v1/jobs/{job.id}"}
 
 
 @router.get("/v1/jobs/{job_id}", summary="Status of an ingest job")
 async def get_job(job_id: str, request: Request):
-    job = get_state(request).jobs.jobs.get(job_id)
+    st = get_state(request)
+    job = st.jobs.get(job_id) if st.jobs is not None else None
     if job is None:
-        raise HTTPException(404, detail={"message": f"no job {job_id}", "field": "job_id"})
+        raise NotFound(f"no job {job_id}", "job_id")
     return job.to_dict()
 
 
 @router.get("/v1/documents", summary="List stored documents")
 async def list_documents(request: Request, collection: str | None = None, limit: int = 100, offset: int = 0):
     pipe = ready_pipeline(request)
-    if not 1 <= limit <= 1000 or offset < 0:
-        raise bad("limit", "limit must be 1..1000 and offset >= 0")
+    if not 1 <= limit <= 1000:
+        raise bad("limit", "must be 1..1000")
+    if offset < 0:
+        raise bad("offset", "must be >= 0")
 
     def run():
         with pipe.lock:
@@ -100,7 +130,7 @@ async def get_document(doc_id: str, request: Request, collection: str | None = N
 
     doc = await asyncio.to_thread(run)
     if doc is None:
-        raise HTTPException(404, detail={"message": f"no document {doc_id}", "field": "doc_id"})
+        raise NotFound(f"no document {doc_id}", "doc_id")
     return doc
 
 
@@ -119,5 +149,5 @@ async def delete_document(doc_id: str, request: Request, collection: str | None 
 
     n = await asyncio.to_thread(run)
     if not n:
-        raise HTTPException(404, detail={"message": f"no document {doc_id}", "field": "doc_id"})
+        raise NotFound(f"no document {doc_id}", "doc_id")
     return {"deleted": n, "doc_id": doc_id}

@@ -14,8 +14,20 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from inference.errors import ContextOverflow, EmptyPrompt
+
 from ..answer import Answer
-from .deps import bad, check_max_tokens, check_question, get_state, ready_pipeline
+from ..prompt import PromptTooLong
+from .deps import (
+    bad,
+    check_collection,
+    check_max_tokens,
+    check_question,
+    get_state,
+    parse_filters,
+    ready_pipeline,
+)
+from .errors import InvalidRequest, LimitError
 from .schemas import ChatRequest, CompletionRequest
 
 router = APIRouter(tags=["openai"])
@@ -120,9 +132,11 @@ async def _generate(st, pipe, prompt, params, stream: bool, cid: str, model: str
     await st.admission.__aenter__()
     try:
         agen = pipe.generator.astream(prompt, params, request_id=cid + uuid.uuid4().hex[:6])
-    except ValueError as e:  # e.g. the prompt does not fit in the context
+    except (ContextOverflow, EmptyPrompt) as e:
         await st.admission.__aexit__(None, None, None)
-        raise bad("messages" if chat else "prompt", str(e), 413 if "max_model_len" in str(e) else 422) from None
+        field = "messages" if chat else "prompt"
+        err = LimitError if isinstance(e, ContextOverflow) else InvalidRequest
+        raise err(f"{field}: {e}", field) from None
     if not stream:
         last = None
         try:
@@ -166,8 +180,10 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
     mode = req.rag.mode if not isinstance(req.rag, bool) else None
     sampling = {k: v for k, v in (("max_tokens", req.max_tokens), ("temperature", req.temperature), ("mode", mode))
                 if v is not None}
+    filters = parse_filters(req.filters)
+    check_collection(pipe, req.collection)
     await st.admission.__aenter__()
-    gen = pipe.astream(question, filters=req.filters, collection=req.collection, request_id=cid, **sampling)
+    gen = pipe.astream(question, filters=filters, collection=req.collection, request_id=cid, **sampling)
 
     def extra(a: Answer) -> dict:
         return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
@@ -179,6 +195,8 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
             async for item in gen:
                 if isinstance(item, Answer):
                     answer = item
+        except PromptTooLong as e:
+            raise LimitError(f"messages: {e}", "messages") from None
         finally:
             await st.admission.__aexit__(None, None, None)
         usage = {"prompt_tokens": answer.tokens.get("prompt", 0), "completion_tokens": answer.tokens.get("completion", 0)}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
 from .deps import get_state, ready_pipeline
+from .errors import NotFound
 
 router = APIRouter(tags=["operations"])
 WEB = Path(__file__).resolve().parents[1] / "web"
@@ -22,13 +23,14 @@ async def health():
 @router.get("/ready", summary="Readiness: models loaded and index open")
 async def ready(request: Request):
     st = get_state(request)
-    body = {"ready": st.ready, "error": st.load_error}
+    reason = st.progress.reason()
+    body = {"ready": st.ready, "error": st.load_error, "reason": st.load_error or reason}
     if not st.ready:
-        from fastapi.responses import JSONResponse
-
         return JSONResponse(body, status_code=503)
     pipe = st.pipeline
     body.update({"documents": pipe.store.count_documents(), "collections": pipe.store.collections()})
+    if st.jobs is not None:
+        body["jobs_pending"] = st.jobs.pending()
     return body
 
 
@@ -68,7 +70,7 @@ async def cache_restore(request: Request):
     pipe = ready_pipeline(request)
     path = _cache_file(request)
     if not path.exists():
-        raise HTTPException(404, detail={"message": "no saved prefix cache; POST /v1/cache/save first"})
+        raise NotFound("no saved prefix cache; POST /v1/cache/save first")
     n = await asyncio.to_thread(pipe.generator.engine.load_prefix_cache, str(path))
     return {"restored_blocks": n, "path": str(path)}
 

@@ -8,6 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Filters = dict[str, Any] | list[str] | None
+# A collection name becomes a directory name under the index root: no separators, no dots.
+COLLECTION_PATTERN = r"^[\w\-]{1,64}$"
 
 
 class AskOptions(BaseModel):
@@ -22,7 +24,7 @@ class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     question: str = Field(min_length=1)
     filters: Filters = None
-    collection: str | None = None
+    collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
     top_k: int | None = Field(None, ge=1, le=50)
     stream: bool = False
     mode: Literal["short", "long"] | None = Field(None, description=(
@@ -34,7 +36,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1)
     filters: Filters = None
-    collection: str | None = None
+    collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
     top_k: int | None = Field(None, ge=1, le=1000)
     mode: Literal["bm25", "dense", "hybrid"] | None = None
 
@@ -45,7 +47,7 @@ class DocumentIn(BaseModel):
     title: str = ""
     doc_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[\w.\-:/#@]+$")
     metadata: dict[str, Any] = Field(default_factory=dict)
-    collection: str = Field("default", pattern=r"^[\w\-]{1,64}$")
+    collection: str = Field("default", pattern=COLLECTION_PATTERN)
 
 
 class ChatMessage(BaseModel):
@@ -87,7 +89,7 @@ class ChatRequest(_OpenAIBase):
         "answer the last user message from the index, with citations (true, or options such as "
         '{"mode": "short"})'))
     filters: Filters = None
-    collection: str | None = None
+    collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
 
 
 class CompletionRequest(_OpenAIBase):

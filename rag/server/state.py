@@ -6,12 +6,16 @@ import asyncio
 import os
 import threading
 from dataclasses import dataclass, field
-
-from fastapi import HTTPException
+from typing import TYPE_CHECKING
 
 from ..config import RagConfig
 from .config import ServerConfig
+from .errors import Busy
 from .metrics import Registry
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
+    from .jobs import JobRunner
 
 
 class Admission:
@@ -27,8 +31,7 @@ class Admission:
     async def __aenter__(self) -> Admission:
         if self.in_flight >= self.limit:
             self.registry.rejected.inc("queue_full")
-            raise HTTPException(429, detail={"message": "server busy: the request queue is full",
-                                             "field": None}, headers={"Retry-After": str(self.retry_after)})
+            raise Busy("server busy: the request queue is full", None, {"Retry-After": str(self.retry_after)})
         self.in_flight += 1
         try:
             await self._sem.acquire()
@@ -42,18 +45,54 @@ class Admission:
         self.in_flight -= 1
 
 
+class Progress:
+    """What the server is doing before it is ready (or while it rebuilds), for `/ready`.
+
+    Written by the loading thread, read by request handlers: a lock keeps the pair consistent.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._task: str | None = None
+        self._done = 0
+        self._total = 0
+
+    def start(self, task: str, total: int = 0) -> None:
+        with self._lock:
+            self._task, self._done, self._total = task, 0, total
+
+    def update(self, done: int, total: int | None = None) -> None:
+        with self._lock:
+            self._done = done
+            if total is not None:
+                self._total = total
+
+    def finish(self) -> None:
+        with self._lock:
+            self._task = None
+
+    def reason(self) -> str | None:
+        with self._lock:
+            if self._task is None:
+                return None
+            if self._total:
+                return f"{self._task}: {100 * self._done // self._total}%"
+            return self._task
+
+
 @dataclass
 class ServerState:
     cfg: RagConfig
     server: ServerConfig
     registry: Registry = field(default_factory=Registry)
-    pipeline: object | None = None
+    pipeline: Pipeline | None = None
     ready: bool = False
     load_error: str | None = None
     admission: Admission | None = None
-    jobs: object | None = None
+    jobs: JobRunner | None = None
     lock: threading.RLock = field(default_factory=threading.RLock)
     draining: bool = False
+    progress: Progress = field(default_factory=Progress)
 
     def api_keys(self) -> set[str]:
         keys = set(self.server.api_keys)
