@@ -28,8 +28,16 @@ def eval_dir(dataset: str | Path, cfg: RagConfig) -> Path:
 
 
 def index_key(cfg: RagConfig) -> str:
+    """Hash of what the index holds. `mode` decides which retrievers get built (a BM25-only index
+    has no vectors), and the embedder and dense settings matter only when vectors are built, so a
+    bm25 run and a dense run over one dataset get separate index directories."""
+    from retrieval.collection_index import retrievers_for
+
+    kinds = retrievers_for(cfg.retrieval.mode)
     r = cfg.retrieval.model_dump(mode="json")
-    return config_hash({k: v for k, v in r.items() if k not in _QUERY_TIME})
+    dropped = _QUERY_TIME | ({"bm25"} if "bm25" not in kinds else set()) | (
+        {"embedder", "dense"} if "dense" not in kinds else set())
+    return config_hash({"retrievers": kinds, **{k: v for k, v in r.items() if k not in dropped}})
 
 
 def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = True) -> Pipeline:
