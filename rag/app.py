@@ -15,6 +15,11 @@ def store_path(cfg: RagConfig) -> Path:
 
 
 def open_store(cfg: RagConfig) -> DocumentStore:
+    """The configured store; a Postgres store has the same interface (`indexing.pg_store`)."""
+    if cfg.storage.backend == "postgres":
+        from indexing.pg_store import PgDocumentStore
+
+        return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms)  # type: ignore[return-value]
     return DocumentStore(store_path(cfg))
 
 
@@ -24,7 +29,7 @@ def indexing_config(cfg: RagConfig) -> IndexingConfig:
     its real sequence limit."""
     ic = cfg.indexing.model_copy(deep=True)
     if ic.chunking.tokenizer in ("", "embedder"):
-        ic.chunking.tokenizer = cfg.retrieval.embedder.model
+        ic.chunking.tokenizer = cfg.retrieval.embedder.resolved_model()
     return ic
 
 
@@ -35,6 +40,10 @@ def build_ingestor(cfg: RagConfig, store: DocumentStore):
 
 
 def build_retriever(cfg: RagConfig, store: DocumentStore):
+    if getattr(store, "backend", "sqlite") == "postgres":
+        from retrieval.pg_retriever import PgRetriever
+
+        return PgRetriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")
     from retrieval.retriever import Retriever
 
     return Retriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")

@@ -1,0 +1,25 @@
+"""Where documents, chunks and indexes live: the embedded SQLite files or a PostgreSQL server."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StorageConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(".rag", description="directory for the SQLite store, indexes and caches")
+    backend: Literal["sqlite", "postgres"] = Field("sqlite", description=(
+        "sqlite: store.sqlite + FAISS/BM25 files under path; postgres: documents, chunks, pgvector and "
+        "BM25 postings in the database at dsn (caches and models stay under path)"))
+    dsn: str | None = Field(None, description="postgres: libpq URL or key=value DSN; null reads $dsn_env")
+    dsn_env: str = Field("RAG_PG_DSN", description="environment variable holding the DSN when dsn is null")
+    statement_timeout_ms: int = Field(30000, ge=0, description="postgres: longest a query may run (0: no limit)")
+
+    def resolved_dsn(self) -> str:
+        dsn = self.dsn or os.environ.get(self.dsn_env, "")
+        if not dsn:
+            raise ValueError(f"storage.backend is postgres but neither storage.dsn nor ${self.dsn_env} is set")
+        return dsn

@@ -1,0 +1,323 @@
+"""Dense and keyword indexes of one collection inside PostgreSQL, next to the chunks they index.
+
+Dense: a pgvector `embedding vector(dim)` column on `chunks` with one HNSW index (inner product;
+embeddings are L2-normalised, so that is cosine). Filtered kNN runs with pgvector's iterative
+index scan (`hnsw.iterative_scan = relaxed_order`, re-sorted outside), so a selective filter still
+returns k rows instead of the few that survived the first `ef_search` candidates.
+
+Keyword: our own analyzer's terms (stemmed English words, CJK bigrams + unigrams) in a postings
+table `rag_postings(collection, term, int_id, tf, dl)`, scored with Okapi BM25 in one SQL query,
+with the same idf (and `epsilon * mean idf` floor) as `retrieval.bm25`. Postgres' own tsvector +
+ts_rank is not BM25 (no idf, no length saturation) and its parser does not cut CJK into words, so
+a native tsvector ranking would not match our BM25 on either SciFact or DRCD; postings give exactly
+our analyzer's terms and exactly BM25, and a GROUP BY over the query terms' postings is what a
+BM25 engine does too (minus its top-k pruning).
+
+Consistency: postings reference their chunk (ON DELETE CASCADE) and the embedding lives on the
+chunk row, so when the store replaces or deletes a document, its index entries go in the same
+transaction. A chunk is indexed when its `index_hash` is set; `sync` indexes the rows where it is
+NULL (new or re-ingested chunks), so it resumes after a crash and needs no diff of the whole
+collection. `rag_index_meta` holds what the index was built with; a config change asks for
+`rag reindex`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from indexing.pg_store import PgDocumentStore
+from indexing.types import Chunk, content_hash
+
+from .analyzer import Analyzer
+from .collection_index import IndexMismatchError, retrievers_for
+from .config import RetrievalConfig
+from .embeddings.base import Embedder
+from .filters import Filters
+from .pg_filters import SQL_FUNCTIONS, filters_sql
+from .text import indexed_text
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+
+_SCHEMA = """
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS index_hash TEXT;
+ALTER TABLE chunks ADD COLUMN IF NOT EXISTS doc_len INTEGER;
+CREATE TABLE IF NOT EXISTS rag_postings (
+    collection TEXT NOT NULL,
+    term TEXT NOT NULL,
+    int_id BIGINT NOT NULL,
+    tf REAL NOT NULL,
+    dl REAL NOT NULL,
+    PRIMARY KEY (collection, term, int_id) INCLUDE (tf, dl),
+    FOREIGN KEY (collection, int_id) REFERENCES chunks(collection, int_id) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS rag_postings_chunk ON rag_postings(collection, int_id);
+CREATE TABLE IF NOT EXISTS rag_index_meta (
+    collection TEXT PRIMARY KEY,
+    config JSONB NOT NULL,
+    store_version BIGINT NOT NULL DEFAULT -1,
+    n_docs BIGINT NOT NULL DEFAULT 0,
+    sum_len DOUBLE PRECISION NOT NULL DEFAULT 0,
+    mean_idf DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+"""
+
+
+def vector_literal(v: np.ndarray) -> str:
+    """pgvector text form; 9 significant digits round-trip a float32 exactly."""
+    return "[" + ",".join(f"{x:.9g}" for x in np.asarray(v, dtype=np.float32).ravel().tolist()) + "]"
+
+
+def vector_dim(store: PgDocumentStore) -> int | None:
+    """Dimension of the `chunks.embedding` column, None when there is none yet."""
+    with store.conn() as db:
+        row = db.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                         "'chunks'::regclass AND attname = 'embedding' AND NOT attisdropped").fetchone()
+    if row is None:
+        return None
+    inner = row[0].partition("(")[2].rstrip(")")
+    return int(inner) if inner.isdigit() else None
+
+
+class PgIndex:
+    """BM25 postings + pgvector HNSW of one collection; the `CollectionIndex` of the Postgres backend."""
+
+    def __init__(self, store: PgDocumentStore, collection: str, cfg: RetrievalConfig,
+                 embedder: Callable[[], Embedder], analyzer: Analyzer, rebuild: bool = False):
+        self.store, self.collection, self.cfg = store, collection, cfg
+        self._embedder, self.analyzer = embedder, analyzer
+        self.retrievers = retrievers_for(cfg.mode)
+        if "bm25" in self.retrievers and cfg.bm25.variant != "okapi":
+            raise ValueError(f"the postgres backend scores BM25 okapi only, not {cfg.bm25.variant!r}")
+        self.stats: dict[str, float] = {}
+        self.ensure_schema(rebuild_dim=rebuild)
+
+    # ---- schema and manifest ---------------------------------------------------------
+    def expected(self) -> dict[str, Any]:
+        exp: dict[str, Any] = {"format": FORMAT, "granularity": self.cfg.index_granularity(),
+                               "include_title": self.cfg.include_title, "retrievers": self.retrievers}
+        if "bm25" in self.retrievers:
+            exp["bm25"] = json.loads(self.cfg.bm25.model_dump_json())
+        if "dense" in self.retrievers:
+            emb = self._embedder()
+            exp["embedding_model"], exp["dim"] = emb.name, emb.dim
+        return exp
+
+    def ensure_schema(self, rebuild_dim: bool = False) -> None:
+        with self.store.conn() as db, db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(7151)")  # concurrent replicas create the schema once
+            db.execute(_SCHEMA)
+            db.execute(SQL_FUNCTIONS)
+        if "dense" not in self.retrievers:
+            return
+        emb = self._embedder()
+        have = vector_dim(self.store)
+        if have is not None and have != emb.dim:
+            if not rebuild_dim:
+                raise IndexMismatchError(
+                    f"pgvector column chunks.embedding at {self.store.masked_dsn} holds {have}-dimensional "
+                    f"vectors but the embedder {emb.name!r} produces {emb.dim}-dimensional ones; use the "
+                    f"embedder the store was built with, or run `rag reindex` to re-embed every collection")
+            with self.store.conn() as db:
+                db.execute("ALTER TABLE chunks DROP COLUMN embedding")
+                db.execute("UPDATE chunks SET index_hash = NULL")
+            have = None
+        if have is None:
+            with self.store.conn() as db:
+                db.execute(f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS embedding vector({int(emb.dim)})")
+
+    def _ensure_hnsw(self) -> None:
+        d = self.cfg.dense
+        with self.store.conn() as db:
+            exists = db.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'chunks_embedding_hnsw'").fetchone()
+            if not exists:
+                db.execute("SET maintenance_work_mem = '512MB'")
+                db.execute(f"CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw "
+                           f"(embedding vector_ip_ops) WITH (m = {int(d.hnsw_m)}, "
+                           f"ef_construction = {int(d.hnsw_ef_construction)})")
+
+    def meta(self) -> dict[str, Any] | None:
+        with self.store.conn() as db:
+            row = db.execute("SELECT config, store_version, n_docs, sum_len, mean_idf FROM rag_index_meta "
+                             "WHERE collection = %s", (self.collection,)).fetchone()
+        if row is None:
+            return None
+        return {"config": row[0], "store_version": row[1], "n_docs": row[2], "sum_len": row[3], "mean_idf": row[4]}
+
+    def check(self, meta: dict[str, Any]) -> None:
+        """Raise IndexMismatchError when the index was built differently. An index holding more
+        retrievers than asked (hybrid, searched as bm25) serves as is and keeps all of them up to date."""
+        have = meta["config"].get("retrievers", [])
+        if set(have) > set(self.retrievers):
+            self.retrievers = [r for r in ("bm25", "dense") if r in have]
+        exp = self.expected()
+        for key, want in exp.items():
+            have = meta["config"].get(key)
+            if have != want:
+                raise IndexMismatchError(
+                    f"postgres index of collection {self.collection!r} was built with {key}={have!r} but the "
+                    f"configuration asks for {want!r}; run `rag reindex --collection {self.collection}`")
+
+    def is_current(self) -> bool:
+        m = self.meta()
+        return m is not None and m["store_version"] == self.store.version(self.collection)
+
+    # ---- sync ------------------------------------------------------------------------
+    def sync(self, rebuild: bool = False, batch: int = 512) -> dict[str, int]:
+        """Index the chunks that have no index entry yet; returns added/removed/kept counts."""
+        version = self.store.version(self.collection)
+        meta = self.meta()
+        if rebuild:
+            self.ensure_schema(rebuild_dim=True)
+            with self.store.conn() as db, db.transaction():
+                db.execute("DELETE FROM rag_postings WHERE collection = %s", (self.collection,))
+                db.execute("UPDATE chunks SET index_hash = NULL, doc_len = NULL"
+                           + (", embedding = NULL" if "dense" in self.retrievers else "")
+                           + " WHERE collection = %s", (self.collection,))
+                db.execute("DELETE FROM rag_index_meta WHERE collection = %s", (self.collection,))
+            meta = None
+        elif meta is not None:
+            self.check(meta)
+            if meta["store_version"] == version:
+                self.stats = meta
+                return {"added": 0, "removed": 0, "kept": int(meta["n_docs"]), "store_version": version}
+        if meta is None:
+            with self.store.conn() as db:
+                db.execute("INSERT INTO rag_index_meta(collection, config) VALUES (%s, %s) ON CONFLICT "
+                           "(collection) DO UPDATE SET config = EXCLUDED.config",
+                           (self.collection, json.dumps(self.expected())))
+        added = 0
+        gran = self.cfg.index_granularity()
+        q = ("SELECT chunk_id, doc_id, text, start, \"end\", granularity, parent_id, source, title, date, "
+             "section, page, language, metadata, int_id, content_hash FROM chunks WHERE collection = %s "
+             "AND index_hash IS NULL")
+        args: list[Any] = [self.collection]
+        if gran is not None:
+            q, args = q + " AND granularity = %s", args + [gran]
+        else:
+            q += " AND coalesce(metadata->>'role', '') <> 'parent'"
+        rows = self.store.stream(q, args)
+        part: list[tuple[Chunk, int, str]] = []
+        from indexing.pg_store import row_to_chunk
+
+        for row in rows:
+            part.append((row_to_chunk(row[:14]), row[14], row[15]))
+            if len(part) >= batch:
+                added += self._write(part)
+                part = []
+        added += self._write(part)
+        if "dense" in self.retrievers:
+            self._ensure_hnsw()
+        self._refresh_stats(version)
+        n = int(self.stats.get("n_docs", 0))
+        log.info("synced %s in postgres: +%d (%d chunks)", self.collection, added, n)
+        return {"added": added, "removed": 0, "kept": n - added, "store_version": version}
+
+    def _write(self, part: list[tuple[Chunk, int, str]]) -> int:
+        if not part:
+            return 0
+        texts = [indexed_text(c, self.cfg.include_title) for c, _, _ in part]
+        terms = [self.analyzer(t) for t in texts] if "bm25" in self.retrievers else [[] for _ in texts]
+        vecs = self._embedder().encode_documents(texts) if "dense" in self.retrievers else None
+        with self.store.conn() as db, db.transaction(), db.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS _rag_stage (int_id BIGINT, chunk_hash TEXT, "
+                        "index_hash TEXT, doc_len INTEGER, embedding TEXT) ON COMMIT DELETE ROWS")
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS _rag_stage_post (int_id BIGINT, term TEXT, tf REAL, "
+                        "dl REAL) ON COMMIT DELETE ROWS")
+            with cur.copy("COPY _rag_stage FROM STDIN") as cp:
+                for j, ((_, int_id, chash), text, toks) in enumerate(zip(part, texts, terms, strict=True)):
+                    emb = None if vecs is None else vector_literal(vecs[j])
+                    cp.write_row((int_id, chash, content_hash(text), len(toks), emb))
+            if "bm25" in self.retrievers:
+                with cur.copy("COPY _rag_stage_post FROM STDIN") as cp:
+                    for (_, int_id, _), toks in zip(part, terms, strict=True):
+                        for term, tf in Counter(toks).items():
+                            cp.write_row((int_id, term, float(tf), float(len(toks))))
+            emb_set = ", embedding = s.embedding::vector" if vecs is not None else ""
+            cur.execute(f"UPDATE chunks c SET index_hash = s.index_hash, doc_len = s.doc_len{emb_set} FROM _rag_stage s "
+                        "WHERE c.collection = %s AND c.int_id = s.int_id AND c.content_hash = s.chunk_hash",
+                        (self.collection,))
+            done = cur.rowcount
+            if "bm25" in self.retrievers:
+                cur.execute("INSERT INTO rag_postings (collection, term, int_id, tf, dl) SELECT %s, p.term, p.int_id, "
+                            "p.tf, p.dl FROM _rag_stage_post p JOIN chunks c ON c.collection = %s AND c.int_id = "
+                            "p.int_id AND c.index_hash IS NOT NULL ON CONFLICT DO NOTHING",
+                            (self.collection, self.collection))
+        return done
+
+    def _refresh_stats(self, version: int) -> None:
+        """N, total length and the mean idf (Okapi's floor for terms in more than half the documents)."""
+        with self.store.conn() as db, db.transaction():
+            n, sum_len = db.execute("SELECT count(*), coalesce(sum(doc_len), 0) FROM chunks WHERE collection = %s "
+                                    "AND index_hash IS NOT NULL", (self.collection,)).fetchone()
+            mean_idf = 0.0
+            if "bm25" in self.retrievers and n:
+                mean_idf = db.execute(
+                    "SELECT coalesce(avg(ln(%s - df + 0.5) - ln(df + 0.5)), 0) FROM (SELECT count(*) AS df FROM "
+                    "rag_postings WHERE collection = %s GROUP BY term) t", (float(n), self.collection)).fetchone()[0]
+            db.execute("UPDATE rag_index_meta SET store_version = %s, n_docs = %s, sum_len = %s, mean_idf = %s, "
+                       "config = %s WHERE collection = %s",
+                       (version, n, float(sum_len), float(mean_idf), json.dumps(self.expected()), self.collection))
+        self.stats = {"n_docs": n, "sum_len": float(sum_len), "mean_idf": float(mean_idf), "store_version": version}
+
+    # ---- search ----------------------------------------------------------------------
+    def _must_sql(self, must: Sequence[Sequence[str]], alias: str) -> tuple[str, list[Any]]:
+        sql, args = "", []
+        for clause in must:
+            for term in clause:
+                sql += (f" AND EXISTS (SELECT 1 FROM rag_postings m WHERE m.collection = {alias}.collection "
+                        f"AND m.term = %s AND m.int_id = {alias}.int_id)")
+                args.append(term)
+        return sql, args
+
+    def bm25(self, terms: Sequence[str], k: int, filters: Filters | None = None,
+             must: Sequence[Sequence[str]] = ()) -> list[tuple[int, float]]:
+        counts = Counter(terms)
+        if not counts or not self.stats.get("n_docs"):
+            return []
+        n = float(self.stats["n_docs"])
+        avgdl = self.stats["sum_len"] / n
+        cfg = self.cfg.bm25
+        eps = cfg.epsilon * float(self.stats["mean_idf"])
+        fsql, fargs = filters_sql(filters, "c")
+        msql, margs = self._must_sql(must, "c")
+        join = f" JOIN chunks c ON c.collection = %s AND c.int_id = s.int_id{fsql}{msql}" if fsql or msql else ""
+        jargs = [self.collection, *fargs, *margs] if join else []
+        sql = f"""
+            WITH q AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS q(term, mult)),
+            p AS (SELECT p.int_id, q.mult, p.tf, p.dl, count(*) OVER (PARTITION BY p.term) AS df
+                  FROM q JOIN rag_postings p ON p.collection = %s AND p.term = q.term),
+            w AS (SELECT int_id, mult, tf, dl, ln(%s - df + 0.5) - ln(df + 0.5) AS raw FROM p),
+            s AS (SELECT int_id, sum(mult * (CASE WHEN raw < 0 THEN %s ELSE raw END)
+                       * (tf * (%s + 1) / (tf + %s * (1 - %s + %s * dl / %s)))) AS score
+                  FROM w GROUP BY int_id)
+            SELECT s.int_id, s.score FROM s{join} ORDER BY s.score DESC, s.int_id LIMIT %s"""
+        args = [list(counts), [float(v) for v in counts.values()], self.collection, n, eps,
+                cfg.k1, cfg.k1, cfg.b, cfg.b, avgdl, *jargs, int(k)]
+        with self.store.conn() as db:
+            return [(int(i), float(s)) for i, s in db.execute(sql, args).fetchall()]
+
+    def dense(self, qvec: np.ndarray, k: int, filters: Filters | None = None,
+              must: Sequence[Sequence[str]] = ()) -> list[tuple[int, float]]:
+        fsql, fargs = filters_sql(filters, "c")
+        msql, margs = self._must_sql(must, "c")
+        vec = vector_literal(qvec)
+        sql = f"""
+            SELECT int_id, score FROM (
+                SELECT c.int_id, -(c.embedding <#> %s::vector) AS score FROM chunks c
+                WHERE c.collection = %s AND c.embedding IS NOT NULL{fsql}{msql}
+                ORDER BY c.embedding <#> %s::vector LIMIT %s) t
+            ORDER BY score DESC, int_id"""
+        d = self.cfg.dense
+        with self.store.conn() as db, db.transaction():
+            db.execute("SELECT set_config('hnsw.ef_search', %s, true), "
+                       "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+                       (str(max(int(d.hnsw_ef_search), int(k))),))
+            rows = db.execute(sql, [vec, self.collection, *fargs, *margs, vec, int(k)]).fetchall()
+        return [(int(i), float(s)) for i, s in rows]
