@@ -8,140 +8,32 @@ which the per-query caches and ablation comparisons rely on.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not a JSON line: {e}") from e
-
-
-def sample_ids(ids: Sequence[str], limit: int | None = None, sample: bool = False, seed: int = 0) -> list[str]:
-    """The first `limit` ids, or a seeded random `limit` of them (kept in input order)."""
-    ids = list(ids)
-    if limit is None or limit >= len(ids):
-        return ids
-    if limit < 0:
-        raise ValueError("limit must be >= 0")
-    if not sample:
-        return ids[:limit]
-    keep = set(random.Random(seed).sample(range(len(ids)), limit))
-    return [x for i, x in enumerate(ids) if i in keep]
+# BEIR folders are read by the one loader in retrieval/ (reranker training reads them too).
+from retrieval.beir import (  # noqa: F401 (re-exported for eval callers)
+    BeirDataset,
+    CorpusDoc,
+    dataset_fingerprint,
+    load_beir,
+    load_corpus,
+    load_qrels,
+    load_queries,
+    read_jsonl,
+    sample_ids,
+)
 
 
 def config_hash(obj: Any) -> str:
     """Stable short hash of a JSON-able object (sorted keys), for cache keys."""
     blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
-
-
-def dataset_fingerprint(path: str | Path, split: str | None = None) -> str:
-    """Content hash of a dataset's files (corpus, queries, and the split's qrels / QA file).
-
-    Content rather than mtimes, so a copied dataset keeps its cache and an edited one does not.
-    """
-    root = Path(path)
-    if root.is_file():
-        files = [root]
-    else:
-        files = [root / "corpus.jsonl", root / "queries.jsonl"]
-        if split:
-            files += [root / "qrels" / f"{split}.tsv", root / "qa" / f"{split}.jsonl"]
-    h = hashlib.sha256()
-    for f in files:
-        if f.exists():
-            h.update(f.name.encode())
-            with f.open("rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                    h.update(block)
-    return h.hexdigest()[:16]
-
-
-@dataclass
-class CorpusDoc:
-    doc_id: str
-    text: str
-    title: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def load_corpus(path: str | Path) -> dict[str, CorpusDoc]:
-    out: dict[str, CorpusDoc] = {}
-    for row in read_jsonl(path):
-        did = str(row["_id"])
-        out[did] = CorpusDoc(did, row.get("text", ""), row.get("title", "") or "", row.get("metadata") or {})
-    return out
-
-
-def load_queries(path: str | Path) -> dict[str, str]:
-    return {str(r["_id"]): r["text"] for r in read_jsonl(path)}
-
-
-def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
-    """Read `qrels/<split>.tsv` (tab separated, header `query-id corpus-id score`)."""
-    qrels: dict[str, dict[str, int]] = {}
-    with Path(path).open(encoding="utf-8", newline="") as f:
-        for n, row in enumerate(csv.reader(f, delimiter="\t")):
-            if not row or (n == 0 and row[0] == "query-id"):
-                continue
-            if len(row) < 3:
-                raise ValueError(f"{path}:{n + 1}: expected 'query-id<TAB>corpus-id<TAB>score'")
-            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
-    return qrels
-
-
-@dataclass
-class BeirDataset:
-    """A BEIR folder restricted to one split: the queries that have judgements in that split."""
-
-    name: str
-    split: str
-    corpus: dict[str, CorpusDoc]
-    queries: dict[str, str]
-    qrels: dict[str, dict[str, int]]
-    fingerprint: str = ""
-
-
-def load_beir(
-    path: str | Path,
-    split: str = "test",
-    limit: int | None = None,
-    sample: bool = False,
-    seed: int = 0,
-    with_corpus: bool = True,
-) -> BeirDataset:
-    """Load a BEIR folder. `limit`/`sample` cut the queries only; the corpus stays whole so the
-    retrieval task is not made easier by a smaller haystack."""
-    root = Path(path)
-    qrels_path = root / "qrels" / f"{split}.tsv"
-    if not qrels_path.exists():
-        have = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
-        raise FileNotFoundError(f"{qrels_path} not found; splits here: {have}")
-    qrels = load_qrels(qrels_path)
-    all_queries = load_queries(root / "queries.jsonl")
-    qids = [q for q in all_queries if q in qrels]
-    qids = sample_ids(qids, limit, sample, seed)
-    corpus = load_corpus(root / "corpus.jsonl") if with_corpus else {}
-    return BeirDataset(
-        name=root.name,
-        split=split,
-        corpus=corpus,
-        queries={q: all_queries[q] for q in qids},
-        qrels={q: qrels[q] for q in qids},
-        fingerprint=dataset_fingerprint(root, split),
-    )
 
 
 def corpus_documents(corpus: dict[str, CorpusDoc], source: str = "eval") -> Iterator[Any]:

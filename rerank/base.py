@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.fusion import blend
 from retrieval.types import Candidate
 
 from .config import RerankerConfig
@@ -24,11 +25,6 @@ def passage_text(c: Candidate) -> str:
     if ch.title and not ch.text.startswith(ch.title):
         return f"{ch.title}\n{ch.text}"
     return ch.text
-
-
-def blend(rerank_rank: int, retrieval_rank: int, weight: float, k: int = 60) -> float:
-    """Reciprocal-rank blend of two orders (scale-free, so any backend's scores can be fused)."""
-    return (1.0 - weight) / (k + rerank_rank) + weight / (k + retrieval_rank)
 
 
 class Reranker(ABC):

@@ -4,6 +4,7 @@ Weighted Reciprocal Rank Fusion: score(d) = sum_r w_r / (k + rank_r(d)), ranks 1
 missing from a list contributes nothing from it. RRF needs no score calibration, which is why it
 is the default. Convex fusion normalises each list's scores (min-max or z-score over the list)
 and takes the weighted sum; it can beat RRF when the score distributions are informative.
+`blend` is the two-list special case the rerankers use (their order against the retriever's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ def rrf(rankings: Mapping[str, Ranking], k: int = 60, weights: Mapping[str, floa
         for rank, (doc, _) in enumerate(ranking, start=1):
             fused[doc] = fused.get(doc, 0.0) + w / (k + rank)
     return sorted(fused.items(), key=lambda x: (-x[1], x[0]))
+
+
+def blend(rerank_rank: int, retrieval_rank: int, weight: float, k: int = 60) -> float:
+    """Reciprocal-rank blend of two orders, `weight` on the retrieval rank (scale-free, so any
+    reranker's scores can be fused); equal to `rrf` over the two lists with weights 1-w and w."""
+    return (1.0 - weight) / (k + rerank_rank) + weight / (k + retrieval_rank)
 
 
 def normalize(scores: np.ndarray, how: str = "minmax") -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Retrieval metrics over ranked lists, following the trec_eval / BEIR conventions.
+"""Retrieval metrics over ranked lists, following the trec_eval / BEIR conventions (the one copy).
 
 Why our own implementation: pytrec_eval cannot be built offline and ranx pulls numba, which is
 too heavy to import on every CLI call. The tests cross-check these functions against ranx to

@@ -13,17 +13,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from ..base import Reranker, blend
-from .beir import BeirData
+from retrieval.beir import BeirDataset
+from retrieval.fusion import blend
+
+from ..base import Reranker
 from .mining import CorpusRetriever, Run, ndcg_at_k
 
 
-def retrieval_runs(data: BeirData, embedder, modes=("bm25", "dense", "hybrid"), k: int = 100) -> dict[str, Run]:
-    retriever = CorpusRetriever(list(data.corpus), list(data.corpus.values()), embedder=embedder)
+def retrieval_runs(data: BeirDataset, embedder, modes=("bm25", "dense", "hybrid"), k: int = 100) -> dict[str, Run]:
+    texts = data.texts()
+    retriever = CorpusRetriever(list(texts), list(texts.values()), embedder=embedder)
     return {m: retriever.search_many(data.queries, k=k, mode=m) for m in modes}
 
 
-def rerank_run(data: BeirData, run: Run, reranker: Reranker, depth: int = 50,
+def rerank_run(data: BeirDataset, run: Run, reranker: Reranker, depth: int = 50,
                cache: str | Path | None = None, progress: bool = True) -> tuple[Run, float]:
     """Rerank the top `depth` of every query; returns the reranked run and seconds spent scoring."""
     done: Run = {}
@@ -33,13 +36,14 @@ def rerank_run(data: BeirData, run: Run, reranker: Reranker, depth: int = 50,
             done[rec["qid"]] = rec["scores"]
     spent = 0.0
     out: Run = {}
+    texts = data.texts()
     fh = open(cache, "a", encoding="utf-8") if cache else None  # noqa: SIM115 (closed below)
     try:
         for qid in tqdm(sorted(run), disable=not progress, desc="rerank"):
             top = sorted(run[qid], key=lambda d: -run[qid][d])[:depth]
             if qid not in done:
                 t = time.perf_counter()
-                scores = reranker.score(data.queries[qid], [data.corpus[d] for d in top])
+                scores = reranker.score(data.queries[qid], [texts[d] for d in top])
                 spent += time.perf_counter() - t
                 done[qid] = {d: float(s) for d, s in zip(top, scores, strict=True)}
                 if fh:
@@ -62,5 +66,5 @@ def fuse_ranks(first: Run, second: Run, weight: float = 0.5, k: int = 60) -> Run
     return out
 
 
-def report(data: BeirData, runs: dict[str, Run]) -> dict[str, float]:
+def report(data: BeirDataset, runs: dict[str, Run]) -> dict[str, float]:
     return {name: round(ndcg_at_k(run, data.qrels, 10), 4) for name, run in runs.items()}

@@ -17,6 +17,8 @@ import numpy as np
 from retrieval.analyzer import Analyzer
 from retrieval.bm25 import BM25Index
 from retrieval.config import BM25Config
+from retrieval.fusion import rrf
+from retrieval.metrics import evaluate_rankings
 
 Run = dict[str, dict[str, float]]  # query id -> {doc id: score}
 
@@ -66,11 +68,8 @@ class CorpusRetriever:
             elif mode == "dense":
                 hits = self._dense(qvecs[n], k)
             elif mode == "hybrid":
-                fused: dict[int, float] = {}
-                for lst in (self._bm25(queries[qid], self.depth), self._dense(qvecs[n], self.depth)):
-                    for rank, (i, _) in enumerate(lst, 1):
-                        fused[i] = fused.get(i, 0.0) + 1.0 / (self.rrf_k + rank)
-                hits = sorted(fused.items(), key=lambda x: (-x[1], x[0]))[:k]
+                lists = {"bm25": self._bm25(queries[qid], self.depth), "dense": self._dense(qvecs[n], self.depth)}
+                hits = rrf(lists, k=self.rrf_k)[:k]
             else:
                 raise ValueError(f"unknown mode {mode!r}")
             run[qid] = {self.doc_ids[i]: s for i, s in hits}
@@ -94,15 +93,7 @@ def mine_negatives(run: Run, qrels: dict[str, dict[str, int]], n: int, skip_top:
 
 
 def ndcg_at_k(run: Run, qrels: dict[str, dict[str, int]], k: int = 10) -> float:
-    """Mean nDCG@k over the judged queries (a query absent from the run scores 0), BEIR-style."""
-    total, count = 0.0, 0
-    for qid, rels in qrels.items():
-        if not any(g > 0 for g in rels.values()):
-            continue
-        count += 1
-        hits = sorted(run.get(qid, {}).items(), key=lambda x: -x[1])[:k]
-        dcg = sum((2 ** rels.get(d, 0) - 1) / np.log2(i + 2) for i, (d, _) in enumerate(hits))
-        ideal = sorted((g for g in rels.values() if g > 0), reverse=True)[:k]
-        idcg = sum((2 ** g - 1) / np.log2(i + 2) for i, g in enumerate(ideal))
-        total += dcg / idcg if idcg else 0.0
-    return total / count if count else 0.0
+    """Mean nDCG@k of a run with the shared definition (`retrieval.metrics`: linear gain, as
+    trec_eval/BEIR/ranx). Ties keep the run's own order (it is built best first), not docid order."""
+    rankings = {q: sorted(s, key=lambda d: -s[d]) for q, s in run.items()}
+    return evaluate_rankings(rankings, qrels, ks=(k,), names=("ndcg",))[0][f"ndcg@{k}"]

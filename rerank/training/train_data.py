@@ -36,7 +36,8 @@ def mine_examples(folders: Sequence[str | Path], default_split: str = "train", n
         folder, split = dataset_spec(entry, default_split)
         guard_split(folder, split)
         data = load_beir(folder, split, max_queries=max_queries, holdout=holdout)
-        ids, texts = list(data.corpus), list(data.corpus.values())
+        corpus = data.texts()
+        ids, texts = list(corpus), list(corpus.values())
         use = mode if embedder is not None else "bm25"
         retriever = CorpusRetriever(ids, texts, embedder=embedder if use != "bm25" else None)
         run = retriever.search_many(data.queries, k=pool + 10, mode=use)
@@ -46,7 +47,7 @@ def mine_examples(folders: Sequence[str | Path], default_split: str = "train", n
         for qid in sorted(data.queries):
             for pos in data.positives(qid):
                 if negs.get(qid):
-                    out.append(Example(data.queries[qid], data.corpus[pos], [data.corpus[d] for d in negs[qid]]))
+                    out.append(Example(data.queries[qid], corpus[pos], [corpus[d] for d in negs[qid]]))
         log.info("%s/%s: %d examples (%s negatives)", data.name, split, len(out) - before, use)
     random.Random(seed).shuffle(out)
     return out

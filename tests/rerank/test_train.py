@@ -55,7 +55,8 @@ def test_per_dataset_split_spec(tmp_path):
 def test_loader_mining_and_ndcg(tmp_path):
     data = load_beir(write_beir(tmp_path / "beir"), "train")
     assert len(data.queries) == len(DOCS) and data.positives("q-eiffel") == ["eiffel"]
-    retriever = CorpusRetriever(list(data.corpus), list(data.corpus.values()))
+    texts = data.texts()
+    retriever = CorpusRetriever(list(texts), list(texts.values()))
     run = retriever.search_many(data.queries, k=5, mode="bm25")
     negs = mine_negatives(run, data.qrels, n=2, seed=1)
     assert all(d not in data.qrels[q] for q, ds in negs.items() for d in ds)
@@ -63,6 +64,18 @@ def test_loader_mining_and_ndcg(tmp_path):
     perfect = {q: {next(iter(r)): 1.0} for q, r in data.qrels.items()}
     assert ndcg_at_k(perfect, data.qrels) == pytest.approx(1.0)
     assert 0.0 < ndcg_at_k(run, data.qrels) <= 1.0
+
+
+def test_training_ndcg_is_the_evaluation_ndcg():
+    """Graded qrels: training's nDCG must equal `rag eval`'s (linear gain, as trec_eval/BEIR/ranx).
+    Catches a second gain definition (the old `2**g - 1`, which gives 0.7967 here, not 0.8597)."""
+    from retrieval.metrics import evaluate_run
+
+    qrels = {"q": {"a": 2, "b": 1, "c": 0}}
+    run = {"q": {"b": 3.0, "a": 2.0, "x": 1.0}}
+    want = evaluate_run(run, qrels, ks=(10,), names=("ndcg",))[0]["ndcg@10"]
+    assert ndcg_at_k(run, qrels, 10) == pytest.approx(want, abs=1e-12)
+    assert want == pytest.approx((1 + 2 / np.log2(3)) / (2 + 1 / np.log2(3)))
 
 
 def test_qa_format_reads_gold_doc_ids(tmp_path):
