@@ -42,6 +42,9 @@ class AnswerConfig(BaseModel):
     refuse_margin: float | None = Field(None, description=(
         "grounded short mode: refuse when log P(refusal) - log P(best span) at the first token exceeds "
         "this; null: the value `rag eval calibrate` stored for the model, else the model's own choice"))
+    refuse_min_logprob: float | None = Field(None, description=(
+        "grounded short mode: refuse when the least likely token of the span has a lower log-probability; "
+        "null: the calibrated value, else never"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 

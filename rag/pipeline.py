@@ -11,11 +11,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from indexing.store import DocumentStore
+from inference.protocols import StreamingGenerator
 from inference.structured import GroundedSpanProcessor, span_sources
-from retrieval.fusion import rrf
+from retrieval.fusion import fuse_searches
 from retrieval.types import Candidate, SearchResult
 
 from . import prompt as prompt_mod
@@ -25,17 +26,22 @@ from .citations import MarkerFilter, attribute, to_citation
 from .config import RagConfig, load_config
 from .query.planner import QueryPlan, QueryPlanner
 
+if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-backed stages
+    from rerank.base import Reranker
+    from rerank.compress.base import Compressor
+    from retrieval.retriever import Retriever
+
 
 class Pipeline:
-    def __init__(self, cfg: RagConfig, store: DocumentStore | None = None, generator: Any | None = None,
-                 retriever: Any | None = None):
+    def __init__(self, cfg: RagConfig, store: DocumentStore | None = None,
+                 generator: StreamingGenerator | None = None, retriever: Retriever | None = None):
         self.cfg = cfg
         self.store = store or open_store(cfg)
         self.retriever = retriever or build_retriever(cfg, self.store)
         self._generator = generator
         self._planner: QueryPlanner | None = None
-        self._reranker: Any = None
-        self._compressor: Any = None
+        self._reranker: Reranker | None = None
+        self._compressor: Compressor | None = None
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
 
@@ -50,7 +56,7 @@ class Pipeline:
 
     # ---- lazily built stages ------------------------------------------------------------
     @property
-    def generator(self):
+    def generator(self) -> StreamingGenerator:
         if self._generator is None:
             from .generator import Generator
 
@@ -68,8 +74,9 @@ class Pipeline:
         return self._planner
 
     @property
-    def reranker(self):
-        if self._reranker is None and self.cfg.rerank.type != "none":
+    def reranker(self) -> Reranker:
+        """Always a reranker (`type: none` is `NoReranker`): depth and order rules live in rerank/."""
+        if self._reranker is None:
             from rerank import build_reranker
 
             engine = self.generator if self.cfg.rerank.type == "llm" else None
@@ -77,7 +84,7 @@ class Pipeline:
         return self._reranker
 
     @property
-    def compressor(self):
+    def compressor(self) -> Compressor | None:
         if self._compressor is None and self.cfg.compress.type != "off":
             from rerank import build_compressor
 
@@ -94,7 +101,7 @@ class Pipeline:
         timings.update(plan.timings_ms)
         flt = _merge_filters(filters, plan.filters)
         coll = collection if collection is not None else plan.collections
-        depth = max(k, self.cfg.rerank.depth) if self.cfg.rerank.type != "none" else k
+        depth = self.reranker.fetch_depth(k)
         t0 = time.perf_counter()
         with self.lock:
             results = [self.retriever.search(q.text, k=depth, mode=q.mode, filters=flt, collection=coll,
@@ -105,13 +112,11 @@ class Pipeline:
                 if key in r.timings_ms:
                     timings[key] = timings.get(key, 0.0) + r.timings_ms[key]
         t1 = time.perf_counter()
-        cands = _fuse(results, [q.weight for q in plan.searches], self.cfg.retrieval.fusion.k)
+        cands = fuse_searches(results, [q.weight for q in plan.searches], self.cfg.retrieval.fusion.k)
         timings["fuse"] = _ms(t1)
-        if self.reranker is not None and cands:
-            # Only the top `rerank.depth` are rescored; the rest keep their order behind them.
+        if cands:
             t2 = time.perf_counter()
-            n = self.cfg.rerank.depth
-            cands = self.reranker.rank(question, cands[:n]) + cands[n:]
+            cands = self.reranker.rank(question, cands)
             timings["rerank"] = _ms(t2)
         res = SearchResult(cands[:k], timings, results[0].collections if results else [])
         res.queries = [q.text for q in plan.searches]  # type: ignore[attr-defined]
@@ -214,16 +219,17 @@ class Pipeline:
             return
         markers = MarkerFilter({p.marker for p in answer.passages})
         last = None
+        short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
         async for out in self.generator.astream(built.token_ids, params, request_id=request_id):
             last = out
-            if delta := markers.feed(out.outputs[0].delta_text):
+            if (delta := markers.feed(out.outputs[0].delta_text)) and not short:
                 yield delta
-        if tail := markers.flush():
+        if (tail := markers.flush()) and not short:
             yield tail
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
         final = self.finish(answer, last, markers, t0, span)
-        if final.text != markers.text:  # short mode: the citation markers (or the refusal) follow
-            yield final.text[len(markers.text):] if final.text.startswith(markers.text) else "\n" + final.text
+        if short:
+            yield final.text
         yield final
 
     def _span_processor(self, built: prompt_mod.BuiltPrompt, params: Any) -> GroundedSpanProcessor:
@@ -232,17 +238,20 @@ class Pipeline:
                                      eos_token_id=self.generator.engine.engine.eos_token_ids,
                                      max_tokens=params.max_tokens, refuse_margin=self.refuse_margin)
 
-    @property
-    def refuse_margin(self) -> float | None:
-        """`answer.refuse_margin`, else what `rag eval calibrate` stored for this model."""
+    def _threshold(self, key: str) -> float | None:
+        """`answer.<key>`, else what `rag eval calibrate` stored for this model."""
         ac = self.cfg.answer
-        if ac.refuse_margin is not None:
-            return ac.refuse_margin
+        if getattr(ac, key) is not None:
+            return getattr(ac, key)
         from .calibration import calibration_path, load_thresholds
 
         entry = load_thresholds(calibration_path(self.cfg.storage_path, ac.calibration),
                                 self.cfg.generator.engine.model)
-        return entry.get("refuse_margin")
+        return entry.get(key)
+
+    @property
+    def refuse_margin(self) -> float | None:
+        return self._threshold("refuse_margin")
 
     def finish(self, answer: Answer, out: Any, markers: MarkerFilter, t0: float,
                span: GroundedSpanProcessor | None = None) -> Answer:
@@ -256,6 +265,9 @@ class Pipeline:
         text = markers.text
         refusal = self.cfg.prompt.refusal
         refused = refusal.lower().rstrip(".") in text.lower() or (span is not None and span.refused)
+        low = self._threshold("refuse_min_logprob") if span is not None else None
+        if low is not None and span.steps and span.min_logprob < low:
+            refused = True  # a span the model had to guess a token of: not supported well enough
         if answer.mode == "short":
             cites = [] if refused else self._span_citations(text, answer.passages)
             if refused:
@@ -273,7 +285,8 @@ class Pipeline:
         answer.refused = refused
         if span is not None:
             answer.signals = {"margin": span.margin if span.margin is not None else 0.0,
-                              "span_logprob": span.span_logprob, "span_tokens": float(span.steps)}
+                              "span_logprob": span.span_logprob, "min_logprob": span.min_logprob,
+                              "span_tokens": float(span.steps)}
         if out is not None:
             m = out.metrics
             answer.finish_reason = out.outputs[0].finish_reason
@@ -314,24 +327,6 @@ def _passage(marker: int, c: Candidate) -> Passage:
     return Passage(marker=marker, chunk_id=ch.chunk_id, doc_id=ch.doc_id, text=ch.text, score=float(c.score),
                    source=ch.source, title=ch.title, section=ch.section, page=ch.page,
                    metadata=dict(ch.metadata))
-
-
-def _fuse(results: list[SearchResult], weights: list[float], k: int) -> list[Candidate]:
-    """One search keeps its own ranking; several (multi-query, HyDE, ...) are fused by weighted RRF."""
-    if len(results) == 1:
-        return list(results[0].candidates)
-    by_id: dict[int, Candidate] = {}
-    rankings = {}
-    for i, r in enumerate(results):
-        rankings[str(i)] = [(c.chunk.int_id, c.score) for c in r.candidates]
-        for c in r.candidates:
-            by_id.setdefault(c.chunk.int_id, c)
-    fused = rrf(rankings, k=k, weights={str(i): w for i, w in enumerate(weights)})
-    out = []
-    for cid, score in fused:
-        c = by_id[cid]
-        out.append(Candidate(chunk=c.chunk, score=score, scores=dict(c.scores), ranks=dict(c.ranks)))
-    return out
 
 
 def _merge_filters(user: Any, planned: dict) -> Any:

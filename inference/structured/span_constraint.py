@@ -50,7 +50,7 @@ class GroundedSpanProcessor:
 
     After generation, `refused` says which path was taken, `margin` is log P(refusal start) -
     log P(best span start) at the first step, and `span_logprob` / `steps` the summed model
-    log-probability of the emitted tokens (raw logits, before masking).
+    log-probability of the emitted tokens (raw logits, before masking), `min_logprob` the lowest.
     """
 
     def __init__(self, passages: list[str], tokenizer: Any, refusal: str | None = None,
@@ -67,6 +67,7 @@ class GroundedSpanProcessor:
         self.margin: float | None = None
         self.refused = False
         self.span_logprob = 0.0
+        self.min_logprob = 0.0  # the least likely emitted token: one guessed word shows here
         self.steps = 0
         self._path: str | None = None  # "span" | "refuse" once decided at step 0
         self._pos: list[tuple[int, int]] | None = None  # None: nothing generated yet
@@ -87,7 +88,9 @@ class GroundedSpanProcessor:
     def _advance(self, token_ids: list[int]) -> None:
         for tid in token_ids[self._consumed:]:
             if self._last_lp is not None and tid < self._last_lp.shape[0]:
-                self.span_logprob += float(self._last_lp[tid])
+                lp = float(self._last_lp[tid])
+                self.span_logprob += lp
+                self.min_logprob = min(self.min_logprob, lp)
                 self.steps += 1
             b = self.tb.bytes_of[tid] if 0 <= tid < self.tb.size else None
             if b is None:

@@ -39,6 +39,7 @@ def register(sub) -> None:
     c.add_argument("--exclude-seed", type=int, default=0, help="... and this S")
     c.add_argument("--max-false-refusal", type=float, default=0.15)
     c.add_argument("--out", metavar="FILE", help="calibration file (default: answer.calibration under storage)")
+    c.add_argument("--points", metavar="FILE", help="also write each question's signals and F1 (JSON lines)")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=run_calibrate)
     a = esub.add_parser("ablate", help="a grid of config variants on the same queries (resumable)")
@@ -151,7 +152,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 2
     items = calibration_items(load_qa(args.dataset, args.split), args.limit, args.seed, args.exclude_limit,
                               args.exclude_seed)
-    cfg.answer.refuse_margin = 1e9  # always take the best span; the threshold is chosen afterwards
+    cfg.answer.refuse_margin = 1e9  # always take the best span; the thresholds are chosen afterwards
+    cfg.answer.refuse_min_logprob = -1e9
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     points = []
     try:
@@ -162,15 +164,24 @@ def run_calibrate(args: argparse.Namespace) -> int:
             out = normalise_answer_output(a)
             text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
             f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
-            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1))
+            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
+                                a.signals.get("min_logprob", 0.0)))
     finally:
         pipe.close()
     best = pick_margin(points, args.max_false_refusal)
+    if args.points:
+        import dataclasses
+        import json
+
+        with open(args.points, "w", encoding="utf-8") as fh:
+            for pt in points:
+                fh.write(json.dumps(dataclasses.asdict(pt)) + "\n")
     model = cfg.generator.engine.model
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}"})
-    print(f"{model}: refuse_margin {best['refuse_margin']} (calibration F1 {best['f1']:.3f}, refusal accuracy "
+    print(f"{model}: refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']} "
+          f"(calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
     return 0

@@ -51,3 +51,13 @@ def test_answers_jsonl_has_the_contract_fields(tmp_path):
     assert by_q["question 0?"]["refused"] and by_q["question 0?"]["f1"] == 1.0
     assert by_q["question 1?"]["f1"] == 1.0 and by_q["question 1?"]["gold"] == ["ans 1"]
     assert by_q["question 2?"]["f1"] == 0.0 and not by_q["question 2?"]["refused"]
+
+
+def test_min_logprob_threshold_catches_guessed_spans():
+    """Catches the second signal being ignored when the margin alone cannot separate."""
+    pts = [Point(-5.0, True, 0.0, -6.0), Point(-5.0, True, 0.0, -4.0), Point(-5.0, False, 1.0, -0.2),
+           Point(-5.0, False, 1.0, -0.5)]
+    best = pick_margin(pts, max_false_refusal=0.0)
+    assert best["refusal_acc"] == 1.0 and best["f1"] == 1.0
+    assert -4.0 > best["refuse_min_logprob"] > -0.5
+    assert pick_margin(pts, 0.0, use_min_logprob=False)["refusal_acc"] == 0.0
