@@ -38,7 +38,10 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -
                 pipe.retriever.sync(c, on_progress=state.progress.update)
             state.progress.start("loading the language model")
             pipe.generator  # noqa: B018 - loads the engine now, not on the first request
-            state.jobs = JobRunner(pipe, pipe.lock, SqliteJobStore(pipe.store.path), cfg.storage_path / "uploads")
+            # Jobs live in the store's SQLite file; a Postgres store keeps them in jobs.sqlite beside the caches.
+            jobs_db = getattr(pipe.store, "path", None) or cfg.storage_path / "jobs.sqlite"
+            cfg.storage_path.mkdir(parents=True, exist_ok=True)
+            state.jobs = JobRunner(pipe, pipe.lock, SqliteJobStore(jobs_db), cfg.storage_path / "uploads")
             state.progress.finish()
             eng = pipe.generator.engine
             state.registry.gauge_source("rag_engine", "engine state", eng.stats)

@@ -23,6 +23,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from indexing.pg_store import StoreUnavailable
+
 log = logging.getLogger("rag.server")
 
 
@@ -137,6 +139,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     async def model_validation(_: Request, exc: ValidationError) -> JSONResponse:
         return error_response(from_validation(list(exc.errors()), ("body",)))
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+        # The database went away (Postgres backend): the request may succeed later, so 503, not 500.
+        return error_response(NotReady(str(exc)))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -8,6 +8,8 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
+from indexing.pg_store import StoreUnavailable
+
 from .deps import get_state, ready_pipeline
 from .errors import NotFound
 
@@ -28,7 +30,10 @@ async def ready(request: Request):
     if not st.ready:
         return JSONResponse(body, status_code=503)
     pipe = st.pipeline
-    body.update({"documents": pipe.store.count_documents(), "collections": pipe.store.collections()})
+    try:
+        body.update({"documents": pipe.store.count_documents(), "collections": pipe.store.collections()})
+    except StoreUnavailable as e:  # Postgres backend: the database went away after startup
+        return JSONResponse({"ready": False, "error": str(e), "reason": str(e)}, status_code=503)
     if st.jobs is not None:
         body["jobs_pending"] = st.jobs.pending()
     return body
