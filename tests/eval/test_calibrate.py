@@ -59,5 +59,5 @@ def test_min_logprob_threshold_catches_guessed_spans():
            Point(-5.0, False, 1.0, -0.5)]
     best = pick_margin(pts, max_false_refusal=0.0)
     assert best["refusal_acc"] == 1.0 and best["f1"] == 1.0
-    assert -4.0 > best["refuse_min_logprob"] > -0.5
+    assert -4.0 < best["refuse_min_logprob"] < -0.5
     assert pick_margin(pts, 0.0, use_min_logprob=False)["refusal_acc"] == 0.0
