@@ -30,11 +30,19 @@ class SamplingConfig(BaseModel):
     repetition_penalty: float = Field(1.05, gt=0.0)
     seed: int | None = 0
     stop: list[str] = Field(default_factory=list)
+    no_repeat_ngram: int = Field(6, ge=0, description=(
+        "ban exact repeats of this many generated tokens (stops loops); 0 disables"))
 
     def params(self, **overrides: Any):
         from inference.sampling_params import SamplingParams
+        from inference.structured.no_repeat import NoRepeatNGram
 
-        return SamplingParams(**{**self.model_dump(), **overrides})
+        args = {**self.model_dump(), **overrides}
+        n = args.pop("no_repeat_ngram")
+        sp = SamplingParams(**args)
+        if n >= 2:
+            sp.logits_processors = [*sp.logits_processors, NoRepeatNGram(n)]
+        return sp
 
 
 class GeneratorConfig(BaseModel):
