@@ -237,6 +237,11 @@ class PgDocumentStore:
             return self._one("SELECT COUNT(*) FROM chunks")
         return self._one("SELECT COUNT(*) FROM chunks WHERE collection=%s", (collection,))
 
+    def language_counts(self, collection: str = "default") -> dict[str, int]:
+        """Chunks per detected language (same contract as DocumentStore.language_counts)."""
+        return {lang: n for lang, n in self._all(
+            "SELECT language, COUNT(*) FROM chunks WHERE collection=%s GROUP BY language", (collection,))}
+
     def list_documents(self, collection: str | None = None, limit: int | None = None,
                        offset: int = 0) -> list[dict[str, Any]]:
         q = ("SELECT collection, doc_id, source, title, date, content_hash, metadata, n_chunks, ingested_at, "

@@ -196,6 +196,12 @@ class DocumentStore:
             return self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         return self._db.execute("SELECT COUNT(*) FROM chunks WHERE collection=?", (collection,)).fetchone()[0]
 
+    def language_counts(self, collection: str = "default") -> dict[str, int]:
+        """Chunks per detected language: the retriever picks the embedder from this mix."""
+        rows = self._db.execute("SELECT language, COUNT(*) FROM chunks WHERE collection=? GROUP BY language",
+                                (collection,))
+        return {lang: n for lang, n in rows}
+
     def list_documents(
         self, collection: str | None = None, limit: int | None = None, offset: int = 0
     ) -> list[dict[str, Any]]:

