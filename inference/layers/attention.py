@@ -1,20 +1,17 @@
 """Paged attention: write new K/V into the block pool, then attend through block tables.
 
-CPU path (the reference): decode rows are gathered block-wise into one padded batch and run as a
-single SDPA call, with the query heads of each KV head folded into the query-length axis so GQA
-needs no K/V expansion. Prefill chunks gather their own context; a chunk on top of a cached prefix
-folds GQA the same way and runs the CPU flash kernel with the offset causal mask as a bias (~13%
-faster than SDPA's GQA path at 465 x 1,465, same numbers). On CUDA `cuda_attention` takes over
-when a kernel is available.
+The torch path (`paged_ops`) is the reference and runs everywhere; on CUDA `cuda_attention`
+takes over when a kernel (flash-attn, Triton) is available.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from inference.kv_cache import LayerKVCache
+from inference.layers import cuda_attention
 from inference.layers.metadata import AttentionMetadata
+from inference.layers.paged_ops import torch_paged_attention
 
 _CUDA_BACKEND = None
 
@@ -22,94 +19,21 @@ _CUDA_BACKEND = None
 def _cuda_backend():
     global _CUDA_BACKEND
     if _CUDA_BACKEND is None:
-        from inference.layers import cuda_attention
-
         _CUDA_BACKEND = cuda_attention.select_backend()
     return _CUDA_BACKEND
+
+
+def uses_cuda_backend(q: torch.Tensor, cache: LayerKVCache) -> bool:
+    """CUDA kernels handle float pools on CUDA tensors; int8 pools and CPU tensors stay on torch."""
+    return q.is_cuda and not cache.int8
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKVCache,
                     meta: AttentionMetadata) -> torch.Tensor:
     """q: [T, Hq, D], k/v: [T, Hk, D] for the flattened batch; returns [T, Hq, D]."""
     cache.write(meta.slot_mapping, k, v)
-    if q.is_cuda and not cache.int8:
+    if uses_cuda_backend(q, cache):
         backend = _cuda_backend()
         if backend is not None:
             return backend(q, cache, meta)
     return torch_paged_attention(q, cache, meta)
-
-
-def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
-    out = torch.empty_like(q)
-    if meta.num_decodes:
-        _decode(q, cache, meta, out)
-    for span in meta.prefills:
-        qs = q[span.q_start:span.q_start + span.q_len]
-        out[span.q_start:span.q_start + span.q_len] = _prefill(qs, cache, span)
-    return out
-
-
-def _decode(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor) -> None:
-    hq, d = q.shape[1], q.shape[2]
-    hk = cache.k.shape[2]
-    b = meta.num_decodes
-    qd = q[:b] if meta.decode_contiguous else q.index_select(0, meta.decode_idx)
-    qd = qd.view(b, hk, hq // hk, d)  # query heads of one KV head share its K/V
-    if meta.shared_blocks is not None:
-        o = _cascade_decode(qd, cache, meta)
-    else:
-        k, v = cache.gather_blocks(meta.decode_block_tables)  # [B, L, Hk, D]
-        # SDPA on CPU is ~2.5x faster on contiguous [B, H, L, D] than on the transposed view
-        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
-        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=meta.decode_mask)
-    o = o.reshape(b, hq, d)
-    if meta.decode_contiguous:
-        out[:b] = o
-    else:
-        out.index_copy_(0, meta.decode_idx, o)
-
-
-def _cascade_decode(qd: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
-    """Attention split at the shared prefix and merged with log-sum-exp weights.
-
-    The shared part is one [Hk, B*g, P] problem (a real matmul instead of B memory-bound
-    matrix-vector products, and the prefix K/V is read once, not B times); the suffix part is
-    the usual padded gather over the rows' own blocks.
-    """
-    b, hk, g, d = qd.shape
-    kp, vp = cache.gather_blocks(meta.shared_blocks[None])  # [1, P*bs, Hk, D]
-    qp = qd.permute(1, 0, 2, 3).reshape(1, hk, b * g, d)
-    o1, l1 = _flash_cpu(qp, kp.transpose(1, 2).contiguous(), vp.transpose(1, 2).contiguous(), None)
-    o1 = o1.view(hk, b, g, d).permute(1, 0, 2, 3)
-    l1 = l1.view(hk, b, g).permute(1, 0, 2)
-    ks, vs = cache.gather_blocks(meta.suffix_block_tables)
-    o2, l2 = _flash_cpu(qd, ks.transpose(1, 2).contiguous(), vs.transpose(1, 2).contiguous(),
-                        meta.suffix_bias.to(qd.dtype))
-    lse = torch.logaddexp(l1, l2)
-    return o1 * torch.exp(l1 - lse)[..., None] + o2 * torch.exp(l2 - lse)[..., None]
-
-
-def _flash_cpu(q, k, v, bias):
-    """CPU flash attention that also returns the log-sum-exp needed to merge partial results."""
-    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)
-    return out[0], out[1].to(q.dtype)
-
-
-def _prefill(q: torch.Tensor, cache: LayerKVCache, span) -> torch.Tensor:
-    k, v = cache.gather_slots(span.slots)  # [ctx, Hk, D]
-    n, hq, d = q.shape
-    hk = k.shape[1]
-    kt = k.transpose(0, 1).unsqueeze(0)
-    vt = v.transpose(0, 1).unsqueeze(0)
-    if span.mask is None:
-        qt = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
-        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
-        return o[0].transpose(0, 1)
-    g = hq // hk
-    if span.bias is None or span.bias.dtype != q.dtype:
-        bias = torch.zeros(span.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~span.mask, float("-inf"))
-        span.bias = bias.repeat(g, 1)[None, None]  # rows: (query head within group, position)
-    qf = q.transpose(0, 1).reshape(1, hk, g * n, d)
-    o = _flash_cpu(qf, kt.contiguous(), vt.contiguous(), span.bias)[0] if q.device.type == "cpu" else \
-        F.scaled_dot_product_attention(qf, kt, vt, attn_mask=span.bias)
-    return o.view(hq, n, d).transpose(0, 1)

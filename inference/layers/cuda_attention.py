@@ -18,6 +18,7 @@ import torch
 
 from inference.kv_cache import LayerKVCache
 from inference.layers.metadata import AttentionMetadata
+from inference.layers.paged_ops import prefill_attention, torch_paged_attention
 
 
 def select_backend():
@@ -41,11 +42,9 @@ def select_backend():
 
 
 def _prefills(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor) -> None:
-    from inference.layers.attention import _prefill
-
     for span in meta.prefills:
         qs = q[span.q_start:span.q_start + span.q_len]
-        out[span.q_start:span.q_start + span.q_len] = _prefill(qs, cache, span.slots, span.mask)
+        out[span.q_start:span.q_start + span.q_len] = prefill_attention(qs, cache, span)
 
 
 def _triton_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
@@ -62,10 +61,10 @@ def _triton_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadat
 
 
 def _flash_attn_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
+    if cache.block_size % 256:  # flash-attn's paged kernel cannot read these blocks
+        return _triton_forward(q, cache, meta) if importlib.util.find_spec("triton") else _torch(q, cache, meta)
     from flash_attn import flash_attn_with_kvcache
 
-    if cache.block_size % 256:
-        return _triton_forward(q, cache, meta) if importlib.util.find_spec("triton") else _torch(q, cache, meta)
     out = torch.empty_like(q)
     if meta.num_decodes:
         qd = q.index_select(0, meta.decode_idx).unsqueeze(1)  # [B, 1, H, D]
@@ -82,6 +81,4 @@ def _flash_attn_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMet
 
 
 def _torch(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
-    from inference.layers.attention import torch_paged_attention
-
     return torch_paged_attention(q, cache, meta)

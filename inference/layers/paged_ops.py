@@ -1,0 +1,96 @@
+"""Paged attention in plain torch: the reference path, and the pieces the CUDA backends reuse.
+
+Both `attention` (the dispatcher) and `cuda_attention` (the CUDA kernels) import this module and
+neither imports the other's internals, so there is no import cycle and no private helper whose
+signature can drift under one caller (a CUDA prefill once called a stale 4-argument form).
+
+Decode rows are gathered block-wise into one padded batch and run as a single SDPA call, with the
+query heads of each KV head folded into the query-length axis so GQA needs no K/V expansion.
+Prefill chunks gather their own context; a chunk on top of a cached prefix folds GQA the same way
+and runs the CPU flash kernel with the offset causal mask as a bias (~13% faster than SDPA's GQA
+path at 465 x 1,465, same numbers).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from inference.kv_cache import LayerKVCache
+from inference.layers.metadata import AttentionMetadata, PrefillSpan
+
+
+def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
+    out = torch.empty_like(q)
+    if meta.num_decodes:
+        decode_attention(q, cache, meta, out)
+    for span in meta.prefills:
+        qs = q[span.q_start:span.q_start + span.q_len]
+        out[span.q_start:span.q_start + span.q_len] = prefill_attention(qs, cache, span)
+    return out
+
+
+def decode_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor) -> None:
+    hq, d = q.shape[1], q.shape[2]
+    hk = cache.k.shape[2]
+    b = meta.num_decodes
+    qd = q[:b] if meta.decode_contiguous else q.index_select(0, meta.decode_idx)
+    qd = qd.view(b, hk, hq // hk, d)  # query heads of one KV head share its K/V
+    if meta.shared_blocks is not None:
+        o = cascade_decode(qd, cache, meta)
+    else:
+        k, v = cache.gather_blocks(meta.decode_block_tables)  # [B, L, Hk, D]
+        # SDPA on CPU is ~2.5x faster on contiguous [B, H, L, D] than on the transposed view
+        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=meta.decode_mask)
+    o = o.reshape(b, hq, d)
+    if meta.decode_contiguous:
+        out[:b] = o
+    else:
+        out.index_copy_(0, meta.decode_idx, o)
+
+
+def cascade_decode(qd: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
+    """Attention split at the shared prefix and merged with log-sum-exp weights.
+
+    The shared part is one [Hk, B*g, P] problem (a real matmul instead of B memory-bound
+    matrix-vector products, and the prefix K/V is read once, not B times); the suffix part is
+    the usual padded gather over the rows' own blocks.
+    """
+    b, hk, g, d = qd.shape
+    kp, vp = cache.gather_blocks(meta.shared_blocks[None])  # [1, P*bs, Hk, D]
+    qp = qd.permute(1, 0, 2, 3).reshape(1, hk, b * g, d)
+    o1, l1 = flash_cpu(qp, kp.transpose(1, 2).contiguous(), vp.transpose(1, 2).contiguous(), None)
+    o1 = o1.view(hk, b, g, d).permute(1, 0, 2, 3)
+    l1 = l1.view(hk, b, g).permute(1, 0, 2)
+    ks, vs = cache.gather_blocks(meta.suffix_block_tables)
+    o2, l2 = flash_cpu(qd, ks.transpose(1, 2).contiguous(), vs.transpose(1, 2).contiguous(),
+                        meta.suffix_bias.to(qd.dtype))
+    lse = torch.logaddexp(l1, l2)
+    return o1 * torch.exp(l1 - lse)[..., None] + o2 * torch.exp(l2 - lse)[..., None]
+
+
+def flash_cpu(q, k, v, bias):
+    """CPU flash attention that also returns the log-sum-exp needed to merge partial results."""
+    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias)
+    return out[0], out[1].to(q.dtype)
+
+
+def prefill_attention(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -> torch.Tensor:
+    k, v = cache.gather_slots(span.slots)  # [ctx, Hk, D]
+    n, hq, d = q.shape
+    hk = k.shape[1]
+    kt = k.transpose(0, 1).unsqueeze(0)
+    vt = v.transpose(0, 1).unsqueeze(0)
+    if span.mask is None:
+        qt = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
+        return o[0].transpose(0, 1)
+    g = hq // hk
+    if span.bias is None or span.bias.dtype != q.dtype:
+        bias = torch.zeros(span.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~span.mask, float("-inf"))
+        span.bias = bias.repeat(g, 1)[None, None]  # rows: (query head within group, position)
+    qf = q.transpose(0, 1).reshape(1, hk, g * n, d)
+    o = flash_cpu(qf, kt.contiguous(), vt.contiguous(), span.bias)[0] if q.device.type == "cpu" else \
+        F.scaled_dot_product_attention(qf, kt, vt, attn_mask=span.bias)
+    return o.view(hq, n, d).transpose(0, 1)
