@@ -12,6 +12,10 @@ from .config_loader import ConfigError
 COMMANDS = ("index", "docs", "chunk", "search", "reindex", "ask", "serve", "eval", "rerank", "embed", "config", "models")
 
 
+class CommandImportError(RuntimeError):
+    """A command module failed to import (raised, never skipped)."""
+
+
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="pipeline YAML (default: embedded defaults)")
     p.add_argument(
@@ -26,10 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag", description="Index documents, search them, answer with citations.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
+        # A command module imports only argparse-level code (stages load lazily in its handlers),
+        # so an ImportError here is a bug: raise it, naming the command, never skip the command.
         try:
             mod = importlib.import_module(f"rag.commands.{name}")
-        except ImportError:
-            continue  # a command whose stage is not installed is not listed
+        except ImportError as e:
+            raise CommandImportError(f"command {name!r} is broken: {e}") from e
         mod.register(sub)
     return parser
 

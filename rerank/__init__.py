@@ -8,20 +8,16 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from .base import RERANKERS, Reranker
 from .config import CompressorConfig, RerankerConfig
 
-_BACKENDS = {"none": "none", "cross-encoder": "cross_encoder", "bi-encoder": "bi_encoder", "llm": "llm"}
-
 
 def build_reranker(cfg: RerankerConfig | dict[str, Any], embedder=None, engine=None) -> Reranker:
     """`embedder` is reused by the bi-encoder, `engine` (an `inference.LLM`) by the llm reranker."""
     cfg = cfg if isinstance(cfg, RerankerConfig) else RerankerConfig.model_validate(cfg)
-    importlib.import_module(f"{__name__}.{_BACKENDS[cfg.type]}")  # registers the backend
-    return RERANKERS[cfg.type](cfg, embedder=embedder, engine=engine)
+    return RERANKERS.build(cfg.type, cfg, embedder=embedder, engine=engine)
 
 
 def build_compressor(cfg: CompressorConfig | dict[str, Any], engine=None, model=None):

@@ -1,14 +1,15 @@
 """Reranker interface: score (query, passage) pairs, reorder candidates, cut by threshold/top_n.
 
-Backends only implement `score`; ordering, depth, threshold and top_n live here once, so every
-backend behaves the same in the pipeline and can be swapped by config.
+Backends only implement `score`; how many candidates to fetch, depth, threshold, blending and
+top_n live here once (the pipeline calls `fetch_depth` and `rank`, nothing else), so every
+backend, `none` included, behaves the same in the pipeline and can be swapped by config.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from retrieval.fusion import blend
 from retrieval.types import Candidate
 
 from .config import RerankerConfig
+from .registry import Registry
 
 
 def passage_text(c: Candidate) -> str:
@@ -37,18 +39,28 @@ class Reranker(ABC):
     def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
         """Relevance of each passage to the query, higher is better (batched by `cfg.batch_size`)."""
 
-    def rank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
-        """The first `cfg.depth` candidates reordered by rerank score (ties keep retrieval order).
+    def fetch_depth(self, k: int) -> int:
+        """How many retrieval candidates to ask for so that `k` remain after reranking."""
+        return max(k, self.cfg.depth)
 
-        Candidates beyond `depth` are dropped: the reranker only vouches for what it scored, and
-        their retrieval scores are on another scale. The retrieval score and rank are kept in
+    def rank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        """The first `cfg.depth` candidates reordered by rerank score (ties keep retrieval order),
+        then the unscored rest in retrieval order, cut to `top_n`.
+
+        The rest stays behind the reranked head unchanged: the reranker only vouches for what it
+        scored, yet a deep evaluation (recall@100 behind a depth-50 reranker) must still see the
+        retriever's tail. The retrieval score and rank of a reranked candidate are kept in
         `scores["retrieval"]` / `ranks["retrieval"]` so results stay explainable. With
-        `fuse_weight > 0` the final order (and `score`) is the reciprocal-rank blend of both orders;
-        the threshold always applies to the raw rerank score.
+        `fuse_weight > 0` the head's order (and `score`) is the reciprocal-rank blend of both
+        orders; the threshold applies to the raw rerank score of scored candidates only.
         """
-        head = list(candidates)[: self.cfg.depth]
-        if not head:
-            return []
+        cands = list(candidates)
+        head, tail = cands[: self.cfg.depth], cands[self.cfg.depth :]
+        out = self._rank_head(query, head) + tail if head else []
+        n = top_n if top_n is not None else self.cfg.top_n
+        return out[:n] if n is not None else out
+
+    def _rank_head(self, query: str, head: list[Candidate]) -> list[Candidate]:
         scores = np.asarray(self.score(query, [passage_text(c) for c in head]), dtype=np.float64)
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         rerank_rank = {i: r for r, i in enumerate(order, 1)}
@@ -67,8 +79,7 @@ class Reranker(ABC):
                 c, score=float(final[i]),
                 scores={**c.scores, "retrieval": float(c.score), "rerank": s, **extra},
                 ranks={**c.ranks, "retrieval": i + 1, "rerank": rerank_rank[i]}))
-        n = top_n if top_n is not None else self.cfg.top_n
-        return out[:n] if n is not None else out
+        return out
 
     def to_config(self) -> dict[str, Any]:
         return self.cfg.model_dump(mode="json")
@@ -79,13 +90,7 @@ def batched(items: Sequence, size: int):
         yield items[i : i + size]
 
 
-RERANKERS: dict[str, Callable[..., Reranker]] = {}
-
-
-def register(kind: str):
-    def deco(factory):
-        RERANKERS[kind] = factory
-        factory.type = kind
-        return factory
-
-    return deco
+RERANKERS: Registry[Reranker] = Registry("reranker", {
+    "none": "rerank.none", "cross-encoder": "rerank.cross_encoder", "bi-encoder": "rerank.bi_encoder",
+    "llm": "rerank.llm"})
+register = RERANKERS.register

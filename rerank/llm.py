@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from inference.protocols import ChatScorer
+
 from .base import Reranker, register
 from .config import RerankerConfig
 
@@ -20,13 +22,13 @@ INSTRUCTION = ("You judge search results. Given a query and a passage, answer \"
 
 @register("llm")
 class LLMReranker(Reranker):
-    def __init__(self, cfg: RerankerConfig, engine=None, **_: object):
+    def __init__(self, cfg: RerankerConfig, engine: ChatScorer | None = None, **_: object):
         super().__init__(cfg)
         if engine is None:
             from inference import LLM
 
             engine = LLM(cfg.model_name(), dtype="bfloat16" if cfg.bf16 else "auto")
-        self.engine = engine
+        self.engine: ChatScorer = engine
         tok = engine.tokenizer
         self.yes = _first_ids(tok, ("yes", "Yes", " yes", " Yes"))
         self.no = _first_ids(tok, ("no", "No", " no", " No"))

@@ -17,7 +17,11 @@ class NoReranker(Reranker):
         # Descending by position: retrieval order is the ranking.
         return -np.arange(len(passages), dtype=np.float64)
 
+    def fetch_depth(self, k: int) -> int:
+        return k  # nothing is rescored, so nothing beyond k is worth fetching
+
     def rank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        """Candidates untouched (scores, ranks), only cut to `top_n`."""
         n = top_n if top_n is not None else self.cfg.top_n
-        out = list(candidates)[: self.cfg.depth]
+        out = list(candidates)
         return out[:n] if n is not None else out

@@ -4,7 +4,8 @@ Weighted Reciprocal Rank Fusion: score(d) = sum_r w_r / (k + rank_r(d)), ranks 1
 missing from a list contributes nothing from it. RRF needs no score calibration, which is why it
 is the default. Convex fusion normalises each list's scores (min-max or z-score over the list)
 and takes the weighted sum; it can beat RRF when the score distributions are informative.
-`blend` is the two-list special case the rerankers use (their order against the retriever's).
+`blend` is the two-list special case the rerankers use (their order against the retriever's);
+`fuse_searches` is multi-query fusion (query variants, HyDE) of whole search results.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
+from .types import Candidate, SearchResult
 
 Ranking = Sequence[tuple[int, float]]  # (int id, score), best first
 
@@ -56,3 +59,20 @@ def convex(rankings: Mapping[str, Ranking], weights: Mapping[str, float] | None 
         for (doc, _), s in zip(ranking, norm, strict=False):
             fused[doc] = fused.get(doc, 0.0) + w * float(s)
     return sorted(fused.items(), key=lambda x: (-x[1], x[0]))
+
+
+def fuse_searches(results: Sequence[SearchResult], weights: Sequence[float], k: int = 60) -> list[Candidate]:
+    """Multi-query fusion: one search keeps its own ranking; several (query variants, HyDE, ...)
+    are fused by weighted RRF over chunk ids, each chunk keeping its first search's per-retriever
+    scores and ranks."""
+    if len(results) == 1:
+        return list(results[0].candidates)
+    by_id: dict[int, Candidate] = {}
+    rankings: dict[str, Ranking] = {}
+    for i, r in enumerate(results):
+        rankings[str(i)] = [(c.chunk.int_id, c.score) for c in r.candidates]
+        for c in r.candidates:
+            by_id.setdefault(c.chunk.int_id, c)
+    fused = rrf(rankings, k=k, weights={str(i): w for i, w in enumerate(weights)})
+    return [Candidate(chunk=by_id[cid].chunk, score=score, scores=dict(by_id[cid].scores),
+                      ranks=dict(by_id[cid].ranks)) for cid, score in fused]

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..config import CompressorConfig
+from ..registry import Registry
 
 MARKER_RE = re.compile(r"\[\d{1,3}\]")
 LEADING_MARKERS_RE = re.compile(r"^\s*(?:\[\d{1,3}\]\s*)+")
@@ -67,7 +68,7 @@ class CompressionResult:
 class Compressor(ABC):
     type: str = ""
 
-    def __init__(self, cfg: CompressorConfig):
+    def __init__(self, cfg: CompressorConfig, **_: object):
         self.cfg = cfg
 
     def budget(self, tokens_in: int) -> int:
@@ -94,10 +95,14 @@ class Compressor(ABC):
         return self.cfg.model_dump(mode="json")
 
 
+COMPRESSORS: Registry[Compressor] = Registry("compressor", {
+    "off": "rerank.compress.base", "llmlingua": "rerank.compress.llmlingua", "engine": "rerank.compress.engine"})
+register = COMPRESSORS.register
+
+
+@register("off")
 class NoCompressor(Compressor):
     """`type: off`: contexts pass through; token counts are whitespace words (no model loaded)."""
-
-    type = "off"
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())

@@ -6,27 +6,31 @@ token surprisals and, question-aware, log P(question | context), which ranks the
 budget is split so that contexts that explain the question keep more of their tokens (the
 LongLLMLingua idea without its iterative passes). Markers and forced tokens are always kept.
 
-Given the pipeline's engine (anything with `tokenizer` and `prompt_logprobs(list of token ids)`,
-i.e. `inference.LLM` or the RAG generator), the scores come from the engine itself: no second copy
+Given the pipeline's engine (an `inference.protocols.TokenScorer`: `inference.LLM` or the RAG
+generator), the scores come from the engine itself: no second copy
 of the model, and all contexts of a question are scored in one continuous batch. Without one, a
 transformers copy of `cfg.model` is loaded.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from inference.protocols import TokenScorer
+
 from ..config import CompressorConfig
-from .base import DYNAMIC_RATIO, MARKER_RE, Compressor, split_budget
+from .base import DYNAMIC_RATIO, MARKER_RE, Compressor, register, split_budget
 from .lm import load_causal_lm
 
 
+@register("engine")
 class EngineCompressor(Compressor):
-    type = "engine"
-
-    def __init__(self, cfg: CompressorConfig, model=None, engine=None, **_: object):
+    def __init__(self, cfg: CompressorConfig, model: tuple[Any, Any] | None = None,
+                 engine: TokenScorer | None = None, **_: object):
         super().__init__(cfg)
-        self.engine = engine if engine is not None and hasattr(engine, "prompt_logprobs") else None
+        self.engine = engine
         if self.engine is not None:
             self.tok, self.model = self.engine.tokenizer, None
         else:

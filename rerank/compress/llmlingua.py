@@ -13,15 +13,15 @@ from __future__ import annotations
 import re
 
 from ..config import CompressorConfig
-from .base import LEADING_MARKERS_RE, Compressor
+from .base import LEADING_MARKERS_RE, Compressor, register
 from .lm import causal_lm_dir, ensure_tiktoken_offline, with_architectures
 
 _PARA_RE = re.compile(r"\n\s*\n+")
 COARSE_SLACK = 1.5  # contexts kept by the coarse stage, in multiples of the token budget
 
 
+@register("llmlingua")
 class LLMLinguaCompressor(Compressor):
-    type = "llmlingua"
 
     def __init__(self, cfg: CompressorConfig, **_: object):
         super().__init__(cfg)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from rank_bm25 import BM25Okapi
 
 from indexing.types import Chunk
+from retrieval.types import Candidate, SearchResult
 
 DOCS = {
     "paris": ("Paris", "Paris is the capital of France. The Eiffel Tower stands on the Champ de Mars in Paris. "
@@ -57,22 +57,9 @@ def tokenize(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
 
-@dataclass
-class Candidate:
-    """Shaped like `retrieval.types.Candidate`: a chunk and its score."""
-
-    chunk: Chunk
-    score: float
-
-
-@dataclass
-class SearchResult:
-    candidates: list[Candidate]
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-
 class BM25Search:
-    """A real BM25 retriever over sentence chunks (several chunks per document)."""
+    """A real BM25 retriever (rank_bm25, an independent implementation) over sentence chunks,
+    returning the real `retrieval.types` results the pipeline returns."""
 
     def __init__(self, docs: dict[str, tuple[str, str]], k: int = 20, reverse: bool = False):
         self.chunks: list[Chunk] = []

@@ -78,16 +78,16 @@ def test_given_passages_skip_retrieval(pipeline):
 def test_engine_compression_runs_on_the_pipeline_engine(pipeline):
     """`compress.type: engine` scores tokens with the generator's own engine (prompt logprobs):
     no second model copy, the passages shrink, the markers and the answer survive."""
+    from rag.pipeline import Pipeline
     from rerank import CompressorConfig
 
-    old_cfg, old_comp = pipeline.cfg.compress, pipeline._compressor
-    pipeline.cfg.compress = CompressorConfig(type="engine", ratio=0.5)
-    pipeline._compressor = None
-    try:
-        answer = pipeline.ask("What is the flight time of the XR-300 drone?")
-        assert pipeline.compressor.model is None and pipeline.compressor.engine is pipeline.generator
-    finally:
-        pipeline.cfg.compress, pipeline._compressor = old_cfg, old_comp
+    # A pipeline of its own over the session's store, retriever and engine: the session fixture
+    # (shared by every test) is never mutated, so an assertion failing here cannot leak into others.
+    cfg = pipeline.cfg.model_copy(update={"compress": CompressorConfig(type="engine", ratio=0.5)})
+    pipe = Pipeline(cfg, store=pipeline.store, generator=pipeline.generator, retriever=pipeline.retriever)
+    answer = pipe.ask("What is the flight time of the XR-300 drone?")
+    assert pipe.compressor.model is None and pipe.compressor.engine is pipeline.generator
+    assert pipeline.compressor is None  # the session pipeline still compresses nothing
     comp = answer.compression
     assert comp["tokens_out"] < comp["tokens_in"] and comp["ratio"] >= 1.5
     assert "compress" in answer.timings_ms

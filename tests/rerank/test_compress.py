@@ -76,7 +76,10 @@ def test_llmlingua_offline_keeps_markers_and_budget(no_network):
     assert kept, "everything was dropped"
     for i, c in enumerate(res.contexts):
         assert not c or c.startswith(f"[{i + 1}] ")  # a kept context keeps its own marker verbatim
-    assert 1 in res.dropped or len(res.contexts[1]) < len(CONTEXTS[1])  # the off-topic one loses most
+    # The off-topic context keeps the smallest share of its words (any compression shortens every
+    # context, so "shorter than before" could not fail; a dropped context keeps 0).
+    kept = [len(o.split()) / len(i.split()) for o, i in zip(res.contexts, CONTEXTS, strict=True)]
+    assert kept[1] < min(kept[0], kept[2]), kept
 
 
 def test_config_validation():

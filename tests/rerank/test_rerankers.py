@@ -48,7 +48,13 @@ def test_threshold_top_n_and_depth(minilm_embedder):
     assert [c.chunk_id for c in r.rank(EN_QUERY, cands)] == [c.chunk_id for c in full[:2]]
     assert len(r.rank(EN_QUERY, cands, top_n=3)) == 3  # the call overrides the config
     r = build_reranker({"type": "bi-encoder", "depth": 2}, embedder=minilm_embedder)
-    assert {c.chunk_id for c in r.rank(EN_QUERY, cands)} == {"c0", "c1"}  # only the top 2 are reranked
+    deep = r.rank(EN_QUERY, cands)
+    # Only the top 2 are reranked; the unscored rest follows unchanged, in retrieval order (the one
+    # depth rule: the pipeline no longer re-appends it itself).
+    assert {c.chunk_id for c in deep[:2]} == {"c0", "c1"} and all("rerank" in c.scores for c in deep[:2])
+    assert deep[2:] == cands[2:]
+    assert len(r.rank(EN_QUERY, cands, top_n=3)) == 3  # top_n cuts after the tail is appended
+    assert r.fetch_depth(5) == 5 and r.fetch_depth(1) == 2
     assert r.rank(EN_QUERY, []) == []
 
 
@@ -69,7 +75,19 @@ def test_fuse_weight_blends_with_retrieval_order(minilm_embedder):
 
 def test_none_keeps_retrieval_order():
     r = build_reranker({"type": "none", "top_n": 3})
-    assert [c.chunk_id for c in r.rank(EN_QUERY, candidates(EN_PASSAGES))] == ["c0", "c1", "c2"]
+    cands = candidates(EN_PASSAGES)
+    assert r.rank(EN_QUERY, cands) == cands[:3]  # untouched: same scores, no rerank ranks added
+    deep = build_reranker({"type": "none", "depth": 2})
+    assert deep.rank(EN_QUERY, cands) == cands and deep.fetch_depth(3) == 3  # depth means nothing here
+
+
+def test_registries_name_unknown_types():
+    from rerank.base import RERANKERS
+    from rerank.compress import COMPRESSORS
+
+    with pytest.raises(ValueError, match="unknown reranker type 'bm42'; known: bi-encoder, cross-encoder"):
+        RERANKERS.get("bm42")
+    assert COMPRESSORS.get("off").type == "off" and RERANKERS.get("none").type == "none"
 
 
 def test_config_round_trip_and_strictness(minilm_embedder):

@@ -1,0 +1,119 @@
+"""Package import direction (DEVELOPERS.md) and no import cycles, checked on the source itself.
+
+Every `import` / `from ... import` in the project packages is read with `ast` (function-level
+lazy imports included: a lazy import in the wrong direction is still a dependency). Then every
+module is imported, which catches a cycle or a broken module that only shows on import.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("inference", "indexing", "retrieval", "rerank", "rag", "eval")
+# Which project packages each package may import (besides itself).
+ALLOWED = {
+    "inference": set(),
+    "indexing": set(),
+    "retrieval": {"indexing"},
+    "rerank": {"retrieval", "indexing", "inference"},
+    "rag": {"indexing", "retrieval", "rerank", "inference"},
+    "eval": {"indexing", "retrieval", "rerank", "inference", "rag"},
+}
+# Delivery exceptions: the CLI command that runs evaluations imports eval/ inside its handlers.
+EXCEPTIONS = {("rag/commands/eval.py", "eval")}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[str, bool]]:
+    """(absolute module, at module level) for every import in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    name = _module_name(path)
+    pkg_parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    top_level = {id(n) for n in tree.body}
+    for node in tree.body:  # imports under `if TYPE_CHECKING:` never run: not module-level edges
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            top_level.difference_update(id(n) for n in node.body)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, id(node) in top_level) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg_parts[: len(pkg_parts) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((mod, id(node) in top_level))
+    return out
+
+
+def test_package_import_direction():
+    bad = []
+    for path in _modules():
+        rel = path.relative_to(ROOT).as_posix()
+        own = rel.split("/")[0]
+        for mod, _ in _imports(path):
+            top = mod.split(".")[0]
+            if top in PACKAGES and top != own and top not in ALLOWED[own] and (rel, top) not in EXCEPTIONS:
+                bad.append(f"{rel} imports {mod}")
+    assert not bad, "imports against the package direction:\n" + "\n".join(bad)
+
+
+def test_no_module_level_import_cycle():
+    """Module-level edges only (lazy imports inside functions cannot deadlock an import)."""
+    names = {_module_name(p): p for p in _modules()}
+    graph: dict[str, set[str]] = {n: set() for n in names}
+    for n, p in names.items():
+        for mod, top_level in _imports(p):
+            if not top_level:
+                continue
+            while mod and mod not in names:  # `from pkg.mod import name` -> pkg.mod
+                mod = mod.rpartition(".")[0]
+            if mod and mod != n and not n.startswith(mod + "."):  # a package's own __init__ is no edge
+                graph[n].add(mod)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state and (cyc := visit(m)):
+                return cyc
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state and (cyc := visit(n)):
+            pytest.fail("import cycle: " + " -> ".join(cyc))
+
+
+def test_every_module_imports():
+    failed = []
+    for name in sorted(_module_name(p) for p in _modules()):
+        if name.endswith("__main__"):
+            continue  # runs the CLI
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 (report every broken module at once)
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    assert not failed, "\n".join(failed)
