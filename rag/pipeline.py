@@ -24,6 +24,7 @@ from .answer import Answer, Passage
 from .app import build_retriever, open_store
 from .citations import MarkerFilter, attribute, to_citation
 from .config import RagConfig, load_config
+from .loops import is_looping
 from .query.planner import QueryPlan, QueryPlanner
 
 if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-backed stages
@@ -57,6 +58,10 @@ class Pipeline:
     # ---- lazily built stages ------------------------------------------------------------
     @property
     def generator(self) -> StreamingGenerator:
+        if self._generator is None and self.cfg.generator.backend == "remote":
+            from .remote_generator import RemoteGenerator
+
+            self._generator = RemoteGenerator(self.cfg.generator)
         if self._generator is None:
             from .generator import Generator
 
@@ -220,14 +225,24 @@ class Pipeline:
         markers = MarkerFilter({p.marker for p in answer.passages})
         last = None
         short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
-        async for out in self.generator.astream(built.token_ids, params, request_id=request_id):
-            last = out
-            if (delta := markers.feed(out.outputs[0].delta_text)) and not short:
-                yield delta
+        agen = self.generator.astream(built.token_ids, params, request_id=request_id)
+        looped = False
+        try:
+            async for out in agen:
+                last = out
+                if (delta := markers.feed(out.outputs[0].delta_text)) and not short:
+                    yield delta
+                if delta and is_looping(markers.text):
+                    looped = True  # stop a degenerate loop now (closing the stream aborts the request)
+                    break
+        finally:
+            await agen.aclose()
         if (tail := markers.flush()) and not short:
             yield tail
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
         final = self.finish(answer, last, markers, t0, span)
+        if looped:
+            final.finish_reason = "repetition"
         if short:
             yield final.text
         yield final
