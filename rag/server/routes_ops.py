@@ -36,6 +36,7 @@ async def ready(request: Request):
         return JSONResponse({"ready": False, "error": str(e), "reason": str(e)}, status_code=503)
     if st.jobs is not None:
         body["jobs_pending"] = st.jobs.pending()
+        body["jobs_recovered"] = st.jobs.recovered  # what the last start found unfinished
     return body
 
 
