@@ -44,6 +44,8 @@ def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = Tru
     """A pipeline over the dataset's corpus, ingesting it first unless a finished store exists."""
     base = eval_dir(dataset, cfg)
     base.mkdir(parents=True, exist_ok=True)
+    if cfg.storage.backend == "postgres":
+        return _open_pg_pipeline(dataset, cfg, base, progress)
     store = DocumentStore(base / "store.sqlite")
     done = base / "ingested.ok"
     if not done.exists():
@@ -61,6 +63,27 @@ def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = Tru
 
     retriever = Retriever.from_config(cfg.retrieval, store, base / f"indexes-{index_key(cfg)}")
     retriever.sync(cfg.retrieval.default_collection)
+    return Pipeline(cfg, store=store, retriever=retriever)
+
+
+def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress: bool) -> Pipeline:
+    """Postgres backend: the corpus goes into a collection of the configured database named after the
+    eval dir and the index key (one index config per collection there); re-ingest is a no-op."""
+    from indexing.pg_store import PgDocumentStore
+    from indexing.pipeline import Ingestor
+    from rag.app import indexing_config
+    from retrieval.pg_retriever import PgRetriever
+
+    collection = f"eval-{base.name}-{index_key(cfg)}"
+    cfg = cfg.model_copy(deep=True)
+    cfg.retrieval.default_collection = collection
+    store = PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms)
+    corpus = Path(dataset) / "corpus.jsonl"
+    report = Ingestor(store, indexing_config(cfg)).ingest([corpus], collection=collection, progress=progress)
+    if report.failed:
+        raise RuntimeError(f"ingesting {corpus} failed: {report.summary()}")
+    retriever = PgRetriever.from_config(cfg.retrieval, store, base / "indexes-pg", cache_path=base / "embeddings.sqlite")
+    retriever.sync(collection)
     return Pipeline(cfg, store=store, retriever=retriever)
 
 

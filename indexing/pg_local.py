@@ -182,3 +182,23 @@ class LocalPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+def main() -> None:
+    """`python -m indexing.pg_local [DATA_DIR]`: run a local server until Ctrl-C and print its DSN
+    (export it as RAG_PG_DSN for `configs/postgres.yaml`). A DATA_DIR keeps the data between runs."""
+    import sys
+
+    pg = LocalPostgres(sys.argv[1] if len(sys.argv) > 1 else None).start()
+    print(pg.dsn, flush=True)
+    try:
+        while pg.proc is not None and pg.proc.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pg.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -11,11 +11,13 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference.config import EngineConfig
+
+from .remote_generator import RemoteConfig
 
 
 class SamplingConfig(BaseModel):
@@ -52,6 +54,9 @@ class GeneratorConfig(BaseModel):
     context_shift: bool = Field(True, description=(
         "when a long answer fills the context, keep the system prompt, drop older tokens and go on "
         "(llama.cpp --keep) instead of stopping"))
+    backend: Literal["engine", "remote"] = Field("engine", description=(
+        "engine: the in-process engine; remote: an OpenAI-compatible server at generator.remote.base_url"))
+    remote: RemoteConfig = Field(default_factory=RemoteConfig)
 
 
 class Generator:
