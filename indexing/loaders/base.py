@@ -63,7 +63,16 @@ def read_text(path: Path, cfg: LoaderConfig) -> str:
     try:
         return raw.decode("utf-8-sig" if cfg.encoding.lower() in ("utf-8", "utf8") else cfg.encoding)
     except (UnicodeDecodeError, LookupError) as e:
-        raise LoaderError(path, f"cannot decode as {cfg.encoding}: {e}") from e
+        raise LoaderError(path, decode_failure(cfg.encoding, e)) from e
+
+
+def decode_failure(encoding: str, e: Exception) -> str:
+    """The reason for a file that does not decode, with the setting that fixes it: a bare codec
+    error left users guessing that the encoding is configurable."""
+    if isinstance(e, LookupError):
+        return f"unknown encoding {encoding!r} (indexing.loader.encoding); use e.g. utf-8, latin-1, cp1252"
+    return (f"cannot decode as {encoding} (byte {getattr(e, 'start', '?')}): the file uses another encoding; "
+            "set indexing.loader.encoding, e.g. --set indexing.loader.encoding=cp1252 (or latin-1)")
 
 
 def file_document(path: Path, text: str, cfg: LoaderConfig, **kw: object) -> Document:

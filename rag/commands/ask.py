@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ._common import command, config_from, print_json
+from ._hints import collection_hint
 
 
 def register(sub) -> None:
@@ -40,9 +41,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    else:
+        hint = collection_hint(pipe.store, args.collection, pipe.cfg.retrieval.default_collection) \
+            if answer is not None and (answer.refused or not answer.citations) else None
     finally:
         pipe.close()
     assert answer is not None
+    if hint:
+        print(hint, file=sys.stderr)
     if args.json:
         print_json(answer.to_dict())
         return 0

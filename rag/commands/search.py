@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..app import build_retriever, open_store
 from ._common import command, config_from, print_json
+from ._hints import collection_hint
 
 
 def register(sub) -> None:
@@ -21,12 +23,20 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.query.strip():
+        # an empty query matched everything (dense) while `rag ask ""` is rejected: be consistent
+        print("error: the query is empty", file=sys.stderr)
+        return 2
     cfg = config_from(args)
     filters = args.filters or None
     with open_store(cfg) as store:
         retriever = build_retriever(cfg, store)
         result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
                                   collection=args.collection)
+        hint = None if result.candidates else collection_hint(store, args.collection,
+                                                              cfg.retrieval.default_collection)
+    if hint:
+        print(hint, file=sys.stderr)
     if args.json:
         print_json({"results": [c.to_dict() for c in result.candidates], "timings_ms": result.timings_ms})
         return 0
