@@ -7,6 +7,7 @@ import sys
 
 from ..app import build_ingestor, build_retriever, open_store
 from ._common import command, config_from, print_json
+from ._progress import index_progress
 
 
 def register(sub) -> None:
@@ -31,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
             except ImportError:
                 retriever = None
             if retriever is not None:
-                synced = retriever.sync(args.collection)
+                with index_progress(f"indexing {args.collection}", not args.no_progress) as bar:
+                    synced = retriever.sync(args.collection, on_progress=bar)
                 if hasattr(retriever, "language_choice"):
                     choice = retriever.language_choice(args.collection)
     if args.json:

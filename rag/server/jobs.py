@@ -114,7 +114,9 @@ class JobRunner:
         icfg.loader.metadata = {**icfg.loader.metadata, **job.metadata}
         with self.lock:
             report = Ingestor(pipe.store, icfg).ingest([job.path], collection=job.collection, progress=False)
-            pipe.retriever.sync(job.collection)
+        # Outside the pipeline lock: the sync works on a copy of the index, and searches keep
+        # answering from the last complete one until it is swapped in.
+        pipe.retriever.sync(job.collection)
         job.report = report.to_dict()
         job.status = "failed" if report.failed else "done"
         if report.failed:
