@@ -188,7 +188,8 @@ class Pipeline:
         built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode)
         if self.cfg.generator.context_shift:
             params.context_shift_keep = built.system_tokens
-        if mode == "short" and self.cfg.answer.grounded:
+        if mode == "short" and self.cfg.answer.grounded and self.cfg.generator.backend == "engine":
+            # (a remote backend has no logits to mask: its short answers are prompted only)
             params.logits_processors = [*params.logits_processors, self._span_processor(built, params)]
             answer.grounded = True
         answer.passages = built.passages
