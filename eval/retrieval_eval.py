@@ -42,7 +42,17 @@ class SearchOutput:
     timings_ms: dict[str, float] = field(default_factory=dict)
 
 
-def normalise_output(out: Any, to_doc_id: Callable[[str], str] | None = None) -> SearchOutput:
+def mean_doc_ranking(hits: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Documents scored by the mean of their retrieved chunks' scores (`--doc-score mean`):
+    a document that matches everywhere beats one with a single lucky chunk."""
+    sums: dict[str, list[float]] = {}
+    for doc_id, score in hits:
+        sums.setdefault(doc_id, []).append(score)
+    return sorted(((d, sum(v) / len(v)) for d, v in sums.items()), key=lambda x: (-x[1], x[0]))
+
+
+def normalise_output(out: Any, to_doc_id: Callable[[str], str] | None = None,
+                     doc_score: str = "max") -> SearchOutput:
     """Turn any supported search-function return value into a document ranking + timings."""
     timings: Mapping[str, float] = {}
     if hasattr(out, "candidates"):
@@ -62,7 +72,8 @@ def normalise_output(out: Any, to_doc_id: Callable[[str], str] | None = None) ->
             if to_doc_id is not None:
                 doc_id = to_doc_id(doc_id)
         pairs.append((str(doc_id), float(score)))
-    return SearchOutput(doc_ranking(pairs), {str(k): float(v) for k, v in timings.items()})
+    ranking = mean_doc_ranking(pairs) if doc_score == "mean" else doc_ranking(pairs)
+    return SearchOutput(ranking, {str(k): float(v) for k, v in timings.items()})
 
 
 @dataclass
@@ -125,6 +136,7 @@ def evaluate_retrieval(
     metrics: Sequence[str] = DEFAULT_METRICS,
     to_doc_id: Callable[[str], str] | None = None,
     warmup: bool = True,
+    doc_score: str = "max",
 ) -> EvalResult:
     """Search every judged query, score document rankings at each k, summarise latency.
 
@@ -157,7 +169,7 @@ def evaluate_retrieval(
             t0 = time.perf_counter()
             raw = search_fn(queries[q])
             wall = (time.perf_counter() - t0) * 1000.0
-            out = normalise_output(raw, to_doc_id)
+            out = normalise_output(raw, to_doc_id, doc_score)
             out.timings_ms.setdefault(TOTAL, wall)
             rankings[q] = out.ranking[:depth]
             timings[q] = out.timings_ms

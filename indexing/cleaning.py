@@ -128,12 +128,16 @@ class Cleaner:
         self.dropped: Counter[str] = Counter()
         self.edits: Counter[str] = Counter()
         self.duplicate_of: dict[str, str] = {}
+        # (doc_id, source, reason, duplicate_of) of every dropped document, for `rag docs dropped`
+        self.dropped_docs: list[tuple[str, str, str, str | None]] = []
         self._exact: dict[str, str] = {}
         self._near: MinHashLSH | SimHash | None = None
         if self.cfg.near_dedup == "minhash":
-            self._near = MinHashLSH(self.cfg.near_dedup_threshold, self.cfg.minhash_perms, self.cfg.shingle_words)
+            self._near = MinHashLSH(self.cfg.near_dedup_threshold, self.cfg.minhash_perms, self.cfg.shingle_words,
+                                    containment=self.cfg.near_dedup_verify == "containment")
         elif self.cfg.near_dedup == "simhash":
-            self._near = SimHash(self.cfg.near_dedup_threshold, self.cfg.shingle_words)
+            self._near = SimHash(self.cfg.near_dedup_threshold, self.cfg.shingle_words,
+                                 containment=self.cfg.near_dedup_verify == "containment")
         self.filters = [(spec, load_filter(spec)) for spec in self.cfg.filters]
         self._pending: list[tuple[str, str]] = []
         self._pending_chars = 0
@@ -156,11 +160,11 @@ class Cleaner:
         """Normalise, then drop empty, user-filtered and exact-duplicate documents."""
         doc = self.clean_text(doc)
         if len(doc.text.strip()) < max(1, self.cfg.min_chars):
-            return self._drop("empty" if not doc.text.strip() else "too_short")
+            return self._drop("empty" if not doc.text.strip() else "too_short", doc)
         for spec, fn in self.filters:
             verdict = fn(doc)
             if verdict is None or verdict is False:
-                return self._drop(f"filter:{spec}")
+                return self._drop(f"filter:{spec}", doc)
             if isinstance(verdict, Document):
                 doc = verdict
         if self.cfg.exact_dedup:
@@ -168,7 +172,7 @@ class Cleaner:
             first = self._exact.setdefault(k, doc.doc_id)
             if first != doc.doc_id:
                 self.duplicate_of[doc.doc_id] = first
-                return self._drop("exact_duplicate")
+                return self._drop("exact_duplicate", doc)
         return doc
 
     def check_near(self, doc: Document) -> Document | None:
@@ -179,7 +183,7 @@ class Cleaner:
         first = self._near.check_add(doc.doc_id, doc.text)
         if first is not None and first != doc.doc_id:
             self.duplicate_of[doc.doc_id] = first
-            return self._drop("near_duplicate")
+            return self._drop("near_duplicate", doc)
         return doc
 
     def register_stored(self, doc_id: str, text: str) -> None:
@@ -207,6 +211,8 @@ class Cleaner:
             self._near.check_add(doc_id, text)
         self._pending, self._pending_chars = [], 0
 
-    def _drop(self, reason: str) -> None:
+    def _drop(self, reason: str, doc: Document | None = None) -> None:
         self.dropped[reason] += 1
+        if doc is not None:
+            self.dropped_docs.append((doc.doc_id, doc.source, reason, self.duplicate_of.get(doc.doc_id)))
         return None

@@ -72,10 +72,37 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (a.size + b.size - inter)
 
 
+def one_contains_other(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when every shingle of one text is in the other (a copy with a header, footer or
+    formatting changes), False when each has shingles of its own: a templated document with other
+    names or numbers (the same boilerplate with different facts) is a different document."""
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter == min(a.size, b.size)
+
+
+class ContainmentCheck:
+    """Second opinion on a near-duplicate candidate, on 2-token shingles (a one-word or
+    one-number substitution shows on both sides). Keeps one uint32 array per remembered text."""
+
+    def __init__(self) -> None:
+        self.shingles: list[np.ndarray] = []
+
+    def of(self, text: str) -> np.ndarray:
+        return shingle_hashes(text, 2).astype(np.uint32)
+
+    def add(self, x: np.ndarray) -> None:
+        self.shingles.append(x)
+
+    def same(self, x: np.ndarray, j: int) -> bool:
+        return one_contains_other(x, self.shingles[j])
+
+
 class MinHashLSH:
     """Jaccard near-duplicates: banded MinHash signatures, candidates verified on the signature."""
 
-    def __init__(self, threshold: float = 0.9, num_perm: int = 128, shingle: int = 3, seed: int = 1):
+    def __init__(self, threshold: float = 0.9, num_perm: int = 128, shingle: int = 3, seed: int = 1,
+                 containment: bool = False):
+        self.verify = ContainmentCheck() if containment else None
         rng = np.random.default_rng(seed)
         # Multiply-shift hashing (odd 64-bit multipliers, wrapping arithmetic): one permutation each.
         self.a = rng.integers(1, 2**63, size=num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
@@ -106,13 +133,17 @@ class MinHashLSH:
         sig = self.signature(text)
         keys = [(i, sig[i * self.rows : (i + 1) * self.rows].tobytes()) for i in range(self.bands)]
         seen: set[int] = set()
+        cont = self.verify.of(text) if self.verify is not None else None
         for key in keys:
             for j in self.buckets.get(key, ()):
                 if j not in seen:
                     seen.add(j)
-                    if float(np.mean(self.sigs[j] == sig)) >= self.threshold:
+                    if float(np.mean(self.sigs[j] == sig)) >= self.threshold and (
+                            cont is None or self.verify.same(cont, j)):  # type: ignore[union-attr]
                         return self.ids[j]
         idx = len(self.sigs)
+        if self.verify is not None:
+            self.verify.add(cont)  # type: ignore[arg-type]
         self.sigs.append(sig)
         self.ids.append(doc_id)
         for key in keys:
@@ -129,7 +160,8 @@ class SimHash:
     candidate is confirmed on the real Jaccard of the shingle sets before a document is dropped.
     """
 
-    def __init__(self, threshold: float = 0.9, shingle: int = 3):
+    def __init__(self, threshold: float = 0.9, shingle: int = 3, containment: bool = False):
+        self.verify = ContainmentCheck() if containment else None
         self.shingle = shingle
         self.radius = int((1.0 - threshold) * 64)
         n_blocks = self.radius + 1
@@ -160,13 +192,17 @@ class SimHash:
         h = self._fingerprint(x)
         keys = self._block_keys(h)
         seen: set[int] = set()
+        cont = self.verify.of(text) if self.verify is not None else None
         for key in keys:
             for j in self.buckets.get(key, ()):
                 if j not in seen:
                     seen.add(j)
-                    if (self.hashes[j] ^ h).bit_count() <= self.radius and jaccard(x, self.shingles[j]) >= self.threshold:
+                    if (self.hashes[j] ^ h).bit_count() <= self.radius and jaccard(x, self.shingles[j]) >= self.threshold \
+                            and (cont is None or self.verify.same(cont, j)):  # type: ignore[union-attr]
                         return self.ids[j]
         idx = len(self.hashes)
+        if self.verify is not None:
+            self.verify.add(cont)  # type: ignore[arg-type]
         self.hashes.append(h)
         self.shingles.append(x.astype(np.uint32))
         self.ids.append(doc_id)

@@ -113,6 +113,10 @@ class Ingestor:
         if prune:
             report.pruned = self._prune(paths, collection, kept, errored)
         report.dropped.update(cleaner.dropped)
+        report.dropped_docs = list(cleaner.dropped_docs)
+        record = getattr(self.store, "record_dropped", None)
+        if record is not None:
+            record(collection, cleaner.dropped_docs)
         report.edits.update(cleaner.edits)
         report.duplicate_of.update(cleaner.duplicate_of)
         report.timings["total"] = time.perf_counter() - t0

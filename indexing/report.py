@@ -24,6 +24,7 @@ class IngestReport:
     dropped: Counter[str] = field(default_factory=Counter)
     edits: Counter[str] = field(default_factory=Counter)
     duplicate_of: dict[str, str] = field(default_factory=dict)
+    dropped_docs: list[tuple[str, str, str, str | None]] = field(default_factory=list)
     chunks: Counter[str] = field(default_factory=Counter)
     timings: dict[str, float] = field(default_factory=lambda: {"load": 0.0, "clean": 0.0, "chunk": 0.0,
                                                                "store": 0.0, "total": 0.0})
@@ -32,6 +33,16 @@ class IngestReport:
     @property
     def documents(self) -> int:
         return self.new + self.changed + self.unchanged
+
+    @property
+    def warnings(self) -> list[str]:
+        """Things that did not fail the ingest but that the user should know about."""
+        out = []
+        if self.dropped.get("empty"):
+            first = next((f"{s}#{d}" for d, s, r, _ in self.dropped_docs if r == "empty"), "")
+            out.append(f"{self.dropped['empty']} record(s) with empty text skipped"
+                       + (f" (first: {first})" if first else "") + "; see `rag docs dropped`")
+        return out
 
     @property
     def ok(self) -> bool:
@@ -43,6 +54,7 @@ class IngestReport:
             "collection": self.collection, "new": self.new, "changed": self.changed,
             "unchanged": self.unchanged, "pruned": self.pruned, "failed": [f.__dict__ for f in self.failed],
             "dropped": dict(self.dropped), "edits": dict(self.edits), "chunks": dict(self.chunks),
+            "warnings": self.warnings,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
@@ -62,6 +74,7 @@ class IngestReport:
         t = self.timings
         lines.append(f"time {t['total']:.1f}s (load {t['load']:.1f}, clean {t['clean']:.1f}, "
                      f"chunk {t['chunk']:.1f}, store {t['store']:.1f})")
+        lines.extend(f"WARNING: {w}" for w in self.warnings)
         for f in self.failed[:50]:
             lines.append(f"FAILED {f.path}: {f.reason}")
         if len(self.failed) > 50:

@@ -60,6 +60,15 @@ CREATE TABLE IF NOT EXISTS collections (
     name TEXT PRIMARY KEY,
     version INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS dropped (
+    collection TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    duplicate_of TEXT,
+    dropped_at REAL NOT NULL,
+    PRIMARY KEY (collection, doc_id, source)
+);
 """
 
 _CHUNK_COLS = (
@@ -195,6 +204,26 @@ class DocumentStore:
         if collection is None:
             return self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
         return self._db.execute("SELECT COUNT(*) FROM chunks WHERE collection=?", (collection,)).fetchone()[0]
+
+    def record_dropped(self, collection: str, rows: Iterable[tuple[str, str, str, str | None]]) -> int:
+        """Remember documents the cleaner dropped (doc_id, source, reason, duplicate_of): an ingest
+        that silently loses records is the hardest bug to see, so `rag docs dropped` lists them."""
+        now = time.time()
+        data = [(collection, d, s, r, dup, now) for d, s, r, dup in rows]
+        if data:
+            self._db.executemany("INSERT OR REPLACE INTO dropped VALUES (?, ?, ?, ?, ?, ?)", data)
+        return len(data)
+
+    def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Dropped documents, newest first, leaving out ids that were stored since."""
+        q = ("SELECT x.collection, x.doc_id, x.source, x.reason, x.duplicate_of, x.dropped_at FROM dropped x "
+             "WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.collection = x.collection AND d.doc_id = x.doc_id)")
+        args: list[Any] = []
+        if collection is not None:
+            q, args = q + " AND x.collection=?", [collection]
+        q += " ORDER BY x.dropped_at DESC, x.doc_id LIMIT ?"
+        keys = ("collection", "doc_id", "source", "reason", "duplicate_of", "dropped_at")
+        return [dict(zip(keys, r, strict=True)) for r in self._db.execute(q, [*args, -1 if limit is None else limit])]
 
     def language_counts(self, collection: str = "default") -> dict[str, int]:
         """Chunks per detected language: the retriever picks the embedder from this mix."""

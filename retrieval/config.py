@@ -58,6 +58,9 @@ class EmbedderConfig(_Strict):
     query_prefix: str | None = None
     document_prefix: str | None = None
     max_seq_length: int | None = None
+    # documents longer than the window: "mean" embeds consecutive windows and stores their mean (a
+    # query then scores the mean of its window scores); "truncate" keeps only the first window
+    long_text: Literal["mean", "truncate"] = "mean"
     cache: bool = True
     # torch threads for small query batches on CPU: one thread is as fast as two on an idle 2-core
     # box and 10x faster when the cores are shared (OpenMP spin-waits); None keeps torch's default.

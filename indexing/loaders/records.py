@@ -1,7 +1,8 @@
 """JSON / JSON Lines records: one document per record, fields chosen in config.
 
 Defaults match BEIR's corpus.jsonl (`_id`, `title`, `text`, `metadata`), so it ingests as is.
-A bad record is reported with its line number and the rest of the file still loads.
+A bad record is reported with its line number and the rest of the file still loads; a record
+whose text field is empty is not an error (real exports have them) but a skipped document.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ def record_document(rec: Any, where: str, source: str, fallback_id: str, cfg: Lo
                     ) -> Document | LoaderError:
     if not isinstance(rec, dict):
         return LoaderError(where, f"record is a {type(rec).__name__}, expected an object", source)
-    texts = [rec[f] for f in cfg.text_fields if rec.get(f) not in (None, "")]
-    if not texts:
+    if not any(f in rec for f in cfg.text_fields):
         return LoaderError(where, f"record has none of the text fields {cfg.text_fields}", source)
+    # A text field that is there but empty is data, not a broken file: the document goes on with
+    # empty text and the cleaner skips it as "empty" (counted, remembered, ingest exits 0).
+    texts = [rec[f] for f in cfg.text_fields if rec.get(f) not in (None, "")]
     text = "\n\n".join(t if isinstance(t, str) else json.dumps(t, ensure_ascii=False) for t in texts)
     doc_id = next((rec[k] for k in (cfg.id_field, *cfg.id_fallbacks) if rec.get(k) not in (None, "")),
                   fallback_id)

@@ -1,4 +1,4 @@
-"""`rag docs list|show|delete`: inspect and remove stored documents."""
+"""`rag docs list|show|delete|dropped`: inspect and remove stored documents, see what ingest dropped."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ def register(sub) -> None:
     dp.add_argument("--collection")
     dp.add_argument("--source", action="store_true", help="treat ID as a source path and delete its documents")
     dp.set_defaults(func=run_delete)
+    xp = dsub.add_parser("dropped", help="documents the ingest dropped (empty, duplicate, filtered) and why")
+    add_config_args(xp)
+    xp.add_argument("--collection")
+    xp.add_argument("--limit", type=int, default=None)
+    xp.add_argument("--json", action="store_true")
+    xp.set_defaults(func=run_dropped)
 
 
 def _cfg(args):
@@ -57,6 +63,20 @@ def run_show(args: argparse.Namespace) -> int:
         return 1
     doc["text"] = doc["text"][:500]
     print_json(doc)
+    return 0
+
+
+def run_dropped(args: argparse.Namespace) -> int:
+    with open_store(_cfg(args)) as store:
+        lister = getattr(store, "list_dropped", None)
+        rows = lister(args.collection, limit=args.limit) if lister else []
+    if args.json:
+        print_json({"dropped": rows, "total": len(rows)})
+        return 0
+    for r in rows:
+        dup = f"\tduplicate of {r['duplicate_of']}" if r["duplicate_of"] else ""
+        print(f"{r['collection']}\t{r['doc_id']}\t{r['reason']}{dup}\t{r['source']}")
+    print(f"{len(rows)} dropped document(s)")
     return 0
 
 

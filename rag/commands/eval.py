@@ -18,6 +18,8 @@ def register(sub) -> None:
     _common(r, "test")
     r.add_argument("--ks", default="1,3,5,10,100", help="cut-offs, comma-separated")
     r.add_argument("--run", metavar="OUT", help="write the ranked lists in TREC run format")
+    r.add_argument("--doc-score", choices=["max", "mean"], default="max",
+                   help="a document's score from its chunks' scores: the best one, or their mean")
     r.set_defaults(func=run_retrieval)
     q = esub.add_parser("qa", help="answer EM/F1, refusals and citations end to end through the pipeline")
     _common(q, "dev")
@@ -105,7 +107,8 @@ def run_retrieval(args: argparse.Namespace) -> int:
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:
         res = evaluate_retrieval(ds.queries, ds.qrels, search_fn(pipe, max(ks)), ks, not args.no_progress,
-                                 dataset=ds.name, split=args.split, config=_config_summary(args))
+                                 dataset=ds.name, split=args.split, config=_config_summary(args),
+                                 doc_score=args.doc_score)
     finally:
         pipe.close()
     if args.run:

@@ -15,6 +15,7 @@ import numpy as np
 from ..config import EmbedderConfig
 from .base import Embedder, l2_normalize, register
 from .models import canonical_model_name, resolve_embedding_model
+from .windows import mean_by_owner, split_windows
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,10 @@ class SentenceTransformerEmbedder(Embedder):
         model_id = canonical_model_name(cfg.resolved_model())
         self.name = (f"st:{model_id}|q={self.query_prefix}|d={self.document_prefix}"
                      f"|len={self.model.max_seq_length}|norm={int(cfg.normalize)}"
-                     + (f"|dtype={cfg.dtype}" if cfg.dtype != "float32" else ""))
+                     + (f"|dtype={cfg.dtype}" if cfg.dtype != "float32" else "")
+                     + ("|long=truncate" if cfg.long_text == "truncate" else ""))
         self.truncated = 0
+        self.windowed = 0  # documents embedded as the mean of several windows (long_text: mean)
 
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -90,8 +93,21 @@ class SentenceTransformerEmbedder(Embedder):
         finally:
             torch.set_num_threads(before)
 
+    def document_windows(self, texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """Window pieces of the documents (prefix added later) and which document each belongs to."""
+        specials = len(self.model.tokenizer("", add_special_tokens=True)["input_ids"])
+        prefix = len(self.model.tokenizer(self.document_prefix, add_special_tokens=False)["input_ids"])
+        budget = max(8, self.model.max_seq_length - specials - prefix - 2)  # 2: joins at window edges
+        return split_windows(self.model.tokenizer, texts, budget)
+
     def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.document_prefix + t for t in texts])
+        if self.cfg.long_text == "truncate" or not texts:
+            return self._encode([self.document_prefix + t for t in texts])
+        pieces, owner = self.document_windows(texts)
+        vecs = self._encode([self.document_prefix + p for p in pieces])
+        if len(pieces) > len(texts):
+            self.windowed += int((np.bincount(owner) > 1).sum())
+        return mean_by_owner(vecs, owner, len(texts))
 
 
 @register("sentence-transformers")

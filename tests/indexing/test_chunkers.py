@@ -89,8 +89,7 @@ def test_flat_chunkers_cjk(spec, zh_doc, counter):
     assert {c.language for c in chunks} == {"zh"}
 
 
-@pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=256, overlap=32), RecursiveSpec(chunk_size=256, overlap=32),
-                                  NoneSpec()])
+@pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=256, overlap=32), RecursiveSpec(chunk_size=256, overlap=32)])
 def test_token_limit_at_the_embedder_maximum(spec, en_doc, zh_doc, counter):
     # 256 requested = the embedder limit: content must leave room for [CLS] and [SEP].
     for doc in (en_doc, zh_doc):
@@ -100,14 +99,22 @@ def test_token_limit_at_the_embedder_maximum(spec, en_doc, zh_doc, counter):
         assert max(full_len(counter, c.text) for c in chunks) > 200  # not trivially small
 
 
-@pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=100, overlap=10), RecursiveSpec(chunk_size=100, overlap=10),
-                                  NoneSpec()])
+@pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=100, overlap=10), RecursiveSpec(chunk_size=100, overlap=10)])
 def test_text_without_boundaries_is_split_not_truncated(spec, counter):
     text = "supercalifragilistic " * 150 + "x" * 3000 + " " + "抗" * 700
     doc = Document("raw", text, "/src/raw.txt", metadata={"tag": "t"})
     chunks = run(doc, spec, counter)
-    check_common(doc, chunks, counter, limit=(100 if spec.type != "none" else 254) + 2)
+    check_common(doc, chunks, counter, limit=102)
     check_coverage(doc, chunks)
+
+
+def test_none_is_one_chunk_per_document_whatever_max_tokens(en_doc, zh_doc, counter):
+    """`type: none` used to split at max_tokens (256) unless max_tokens was raised as well."""
+    for doc in (en_doc, zh_doc, Document("raw", "supercalifragilistic " * 150 + "抗" * 700, "/raw")):
+        assert full_len(counter, doc.text) > 256
+        (chunk,) = run(doc, NoneSpec(), counter)
+        assert chunk.text == doc.text.strip() and chunk.granularity == "doc"
+    assert run(Document("e", "   ", "/e"), NoneSpec(), counter) == []
 
 
 def test_none_keeps_short_documents_whole(counter):
@@ -159,7 +166,7 @@ def test_multi_granularity_and_stable_ids(en_doc, counter):
 
 
 @pytest.mark.parametrize("spec", [SlidingSpec(chunk_size=256, overlap=32), RecursiveSpec(chunk_size=256, overlap=0),
-                                  NoneSpec(), SmallToBigSpec(child_size=256, child_overlap=0),
+                                  SmallToBigSpec(child_size=256, child_overlap=0),
                                   SmallToBigSpec(mode="sentence_window")])
 def test_title_prepended_by_the_retriever_still_fits(spec, en_text, counter):
     # The retriever embeds "title\ntext"; the chunk leaves room for the title.
@@ -171,5 +178,5 @@ def test_title_prepended_by_the_retriever_still_fits(spec, en_text, counter):
     cfg = ChunkingConfig(chunkers=[spec], reserve_title=False)
     loose = [c for c in chunk_documents([doc], build_chunkers(cfg, counter))[0] if c.metadata.get("role") != "parent"]
     assert max(full_len(counter, c.text) for c in loose) <= 256
-    if spec.type in ("sliding", "none"):  # these fill chunks up to the limit
+    if spec.type == "sliding":  # it fills chunks up to the limit
         assert max(full_len(counter, f"{c.title}\n{c.text}") for c in loose) > 256  # what reserve_title prevents

@@ -20,10 +20,10 @@ from indexing.pipeline import Ingestor
 from indexing.store import DocumentStore
 
 
-def small_cfg(near_dedup: str = "off", **chunking) -> IndexingConfig:
+def small_cfg(near_dedup: str = "off", verify: str = "containment", **chunking) -> IndexingConfig:
     # The corpus below reuses one paragraph on purpose, so near-dedup is off unless tested.
     return IndexingConfig(
-        cleaning=CleaningConfig(near_dedup=near_dedup),
+        cleaning=CleaningConfig(near_dedup=near_dedup, near_dedup_verify=verify),
         chunking=ChunkingConfig(**chunking) if chunking else ChunkingConfig(
             chunkers=[RecursiveSpec(chunk_size=64, overlap=16), SmallToBigSpec(child_size=32, child_overlap=0)]))
 
@@ -117,15 +117,23 @@ def test_duplicates_dropped_and_counted(tmp_path: Path, en_text: str):
         (tmp_path / name).write_text(en_text * 3, encoding="utf-8")
     (tmp_path / "c.txt").write_text((en_text * 3).replace("Chunking", "Splitting"), encoding="utf-8")
     with DocumentStore(tmp_path / "s.sqlite") as store:
-        r = Ingestor(store, small_cfg("minhash")).ingest([tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"],
-                                                progress=False)
+        r = Ingestor(store, small_cfg("minhash", "none")).ingest(
+            [tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.txt"], progress=False)
     assert r.new == 1 and r.dropped == {"exact_duplicate": 1, "near_duplicate": 1}
     assert "exact_duplicate=1" in r.summary()
     # Next run: a is unchanged (never re-chunked), a new near-copy is still caught against it.
     (tmp_path / "d.txt").write_text((en_text * 3).replace("generation", "generating"), encoding="utf-8")
     with DocumentStore(tmp_path / "s.sqlite") as store:
-        r = Ingestor(store, small_cfg("minhash")).ingest([tmp_path / "a.txt", tmp_path / "d.txt"], progress=False)
+        r = Ingestor(store, small_cfg("minhash", "none")).ingest([tmp_path / "a.txt", tmp_path / "d.txt"],
+                                                         progress=False)
     assert (r.new, r.unchanged) == (0, 1) and r.dropped == {"near_duplicate": 1}
+    # The default containment check keeps a copy with a word substituted (it may be another
+    # templated document) but still drops one with a footer added.
+    (tmp_path / "e.txt").write_text(en_text * 3 + "\nPrinted from the wiki.", encoding="utf-8")
+    with DocumentStore(tmp_path / "t.sqlite") as store:
+        r = Ingestor(store, small_cfg("minhash")).ingest([tmp_path / "a.txt", tmp_path / "c.txt", tmp_path / "e.txt"],
+                                                progress=False)
+    assert r.new == 2 and r.dropped == {"near_duplicate": 1}  # c kept, e dropped
 
 
 def test_preview_does_not_touch_the_store(tmp_path: Path, corpus: Path):

