@@ -81,3 +81,37 @@ def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_
     png = base64.b64decode(httpx.get(browser + "/screenshot", timeout=30).json()["value"])
     (tmp_path / "page.png").write_bytes(png)
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chat_page_sends_api_key_and_collection(server, browser, monkeypatch):
+    # was: only `default`, no way to send a key, the raw 401 JSON shown as the answer
+    base, _ = server
+    monkeypatch.setenv("RAG_API_KEYS", "page-key")
+    httpx.post(browser + "/url", json={"url": base + "/"}, timeout=30)
+    deadline = time.time() + 30
+    while time.time() < deadline and not _js(browser, "return document.querySelectorAll('#collection option').length > 1"):
+        time.sleep(0.2)
+    options = _js(browser, "return [...document.querySelectorAll('#collection option')].map(o => o.value)")
+    assert "default" in options
+    _js(browser, "document.querySelector('#collection').value = 'default'")
+
+    def ask(question: str) -> str:
+        n = _js(browser, "return document.querySelectorAll('.meta, .error').length")
+        httpx.post(f"{browser}/element/{_find(browser, '#q')}/value", json={"text": question})
+        httpx.post(f"{browser}/element/{_find(browser, '#send')}/click", json={})
+        end = time.time() + 180
+        while time.time() < end:
+            if _js(browser, "return document.querySelectorAll('.error').length + "
+                            "[...document.querySelectorAll('.meta')].filter(m => m.textContent).length") > n:
+                break
+            time.sleep(0.3)
+        return _js(browser, "const a = document.querySelectorAll('.a'); return a[a.length - 1].textContent")
+
+    text = ask("What is the capital city of Quintara?")
+    assert "API key" in text and "{" not in text
+    httpx.post(f"{browser}/element/{_find(browser, '#key')}/value", json={"text": "page-key"})
+    ask("What is the capital city of Quintara?")
+    assert _js(browser, "return document.querySelectorAll('.error').length") == 1  # only the keyless try
+    sources = _js(browser, "const s = document.querySelectorAll('.sources'); "
+                           "return [...s[s.length - 1].querySelectorAll('li')].map(li => li.textContent)")
+    assert any("Quintara" in s for s in sources)  # answered from the chosen collection, with the key
