@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     host = args.host or cfg.server.host
     port = args.port if args.port is not None else cfg.server.port
-    app = create_app(cfg)
+    app = create_app(cfg, console_progress=True)  # index rebuilds draw a bar here and show in /ready
     print(f"serving on http://{host}:{port}  (docs: /docs, chat page: /)")
     uvicorn.run(app, host=host, port=port, log_level="info",
                 timeout_graceful_shutdown=int(cfg.server.shutdown_grace_s) or None)

@@ -14,17 +14,18 @@ from . import errors, middleware, routes_ask, routes_docs, routes_openai, routes
 from .config import ServerConfig
 from .job_store import SqliteJobStore
 from .jobs import JobRunner
-from .state import Admission, ServerState
+from .state import Admission, Progress, ServerState
 
 
-def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True) -> FastAPI:
+def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True,
+               console_progress: bool = False) -> FastAPI:
     """`pipeline` may be given (tests, embedding); otherwise it is built at startup.
 
     Models load in a background thread so `/health` answers at once and `/ready` turns true
     when everything is loaded.
     """
     server: ServerConfig = cfg.server
-    state = ServerState(cfg=cfg, server=server, pipeline=pipeline)
+    state = ServerState(cfg=cfg, server=server, pipeline=pipeline, progress=Progress(echo=console_progress))
 
     def load() -> None:
         try:

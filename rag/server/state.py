@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,14 +52,17 @@ class Progress:
     Written by the loading thread, read by request handlers: a lock keeps the pair consistent.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, echo: bool = False) -> None:
         self._lock = threading.Lock()
         self._task: str | None = None
         self._done = 0
         self._total = 0
+        self._echo = echo  # `rag serve` also draws a progress bar on the console
+        self._bar = None
 
     def start(self, task: str, total: int = 0) -> None:
         with self._lock:
+            self._close_bar()
             self._task, self._done, self._total = task, 0, total
 
     def update(self, done: int, total: int | None = None) -> None:
@@ -66,10 +70,23 @@ class Progress:
             self._done = done
             if total is not None:
                 self._total = total
+            if self._echo and self._task:
+                if self._bar is None:
+                    from tqdm import tqdm
+
+                    self._bar = tqdm(desc=self._task, unit="chunk", file=sys.stderr, mininterval=0.5)
+                self._bar.total, self._bar.n = self._total, self._done
+                self._bar.refresh()
 
     def finish(self) -> None:
         with self._lock:
+            self._close_bar()
             self._task = None
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def reason(self) -> str | None:
         with self._lock:
