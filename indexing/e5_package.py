@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 # bump when the converted layout changes, so old conversions are not reused
-CONVERT_FORMAT = 2
+CONVERT_FORMAT = 3
 WEIGHTS_FILE = "e5-small-q4.bin"
 QK = 32
 # specials the C engine never produces from text; they keep their own ids
@@ -166,9 +166,12 @@ def _state_dict(w: dict) -> dict[str, np.ndarray]:
     names = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
              "ao": "attention.output.dense", "aln": "attention.output.LayerNorm",
              "fi": "intermediate.dense", "fo": "output.dense", "oln": "output.LayerNorm"}
-    # BertModel always builds a pooler; zeros keep transformers from warning about missing weights
-    # (sentence-transformers mean-pools the token states and never uses it)
-    sd["pooler.dense.weight"] = np.zeros((w["hidden"], w["hidden"]), dtype=np.float32)
+    # BertModel always builds a pooler: store one initialised as transformers would (N(0, 0.02), seeded)
+    # so loading does not warn about missing weights; embedding never uses it (mean pooling), and a
+    # cross-encoder trained from this base (`rag rerank train --base multilingual-e5-small`) starts
+    # from a usable random pooler rather than all zeros
+    sd["pooler.dense.weight"] = np.random.default_rng(0).normal(0.0, 0.02, (w["hidden"], w["hidden"])).astype(
+        np.float32)
     sd["pooler.dense.bias"] = np.zeros(w["hidden"], dtype=np.float32)
     for i in range(w["layers"]):
         for short, hf in names.items():

@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..models import minilm_dir
 from .train_data import as_pairs, as_triplets, mine_examples
@@ -55,6 +55,14 @@ class TrainConfig(BaseModel):
         "where the hardware has it (such CPUs, or a CUDA GPU with bf16)"))
     resume: bool = False
     progress: bool = True
+
+    @field_validator("base")
+    @classmethod
+    def _packaged_alias(cls, v: str) -> str:
+        """`--base multilingual-e5-small` (or `minilm`): the packaged model's local directory."""
+        from indexing.models import resolve_model
+
+        return resolve_model(v)
 
 
 def _latest_checkpoint(ckpt_dir: Path) -> str | None:
