@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 
 from indexing.config import SUPPORTED_EXTENSIONS
@@ -104,12 +104,10 @@ async def get_job(job_id: str, request: Request):
 
 
 @router.get("/v1/documents", summary="List stored documents")
-async def list_documents(request: Request, collection: str | None = None, limit: int = 100, offset: int = 0):
+async def list_documents(request: Request, collection: str | None = None,
+                         limit: int = Query(100, ge=1, le=1000),
+                         offset: int = Query(0, ge=0, le=2**62, description="SQLite integers are 64-bit")):
     pipe = ready_pipeline(request)
-    if not 1 <= limit <= 1000:
-        raise bad("limit", "must be 1..1000")
-    if offset < 0:
-        raise bad("offset", "must be >= 0")
 
     def run():
         with pipe.lock:

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from jinja2 import TemplateError
 
 from inference.errors import ContextOverflow, EmptyPrompt
 
@@ -93,8 +94,11 @@ async def chat(req: ChatRequest, request: Request):
         return await _rag_chat(st, pipe, req, model, cid)
     tok = pipe.generator.tokenizer
     messages = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in req.messages]
-    ids = tok.encode(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                     add_special_tokens=False)
+    try:
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except TemplateError as e:  # the model's template rejects this conversation (roles, order)
+        raise bad("messages", f"the chat template rejected the messages: {e}") from None
+    ids = tok.encode(text, add_special_tokens=False)
     params = _params(st, req, tok)
     return await _generate(st, pipe, ids, params, req.stream, cid, model, chat=True)
 

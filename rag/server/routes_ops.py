@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
 from indexing.pg_store import StoreUnavailable
@@ -53,14 +53,14 @@ def _cache_file(request: Request) -> Path:
 
 
 @router.get("/v1/cache", summary="Prefix cache: blocks, hit rate, top cached prefixes (like llama.cpp /slots)")
-async def cache(request: Request, top: int = 10):
+async def cache(request: Request, top: int = Query(10, ge=1, le=100)):
     pipe = ready_pipeline(request)
     eng = pipe.generator.engine
     stats = eng.stats()
     keys = ("kv_blocks_total", "kv_blocks_used", "kv_blocks_cached", "kv_blocks_cached_free", "kv_blocks_free",
             "prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate", "prefix_cache_evictions",
             "running", "waiting", "preemptions")
-    return {**{k: stats.get(k) for k in keys}, "top_prefixes": eng.cached_prefixes(max(1, min(top, 100)))}
+    return {**{k: stats.get(k) for k in keys}, "top_prefixes": eng.cached_prefixes(top)}
 
 
 @router.post("/v1/cache/save", summary="Persist the prefix cache under the storage directory")

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 Filters = dict[str, Any] | list[str] | None
 # A collection name becomes a directory name under the index root: no separators, no dots.
 COLLECTION_PATTERN = r"^[\w\-]{1,64}$"
+# The engine derives per-sequence seeds from this one; it must stay inside torch's 64-bit range.
+SEED_LIMIT = 2**62
 
 
 class AskOptions(BaseModel):
@@ -17,7 +19,7 @@ class AskOptions(BaseModel):
     passages: bool = Field(True, description="include the passages given to the model")
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-SEED_LIMIT, le=SEED_LIMIT)
 
 
 class AskRequest(BaseModel):
@@ -57,7 +59,7 @@ class ChatMessage(BaseModel):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(p.get("text", "") for p in self.content if isinstance(p, dict))
+            return "".join(p["text"] for p in self.content if isinstance(p, dict) and isinstance(p.get("text"), str))
         return self.content or ""
 
 
@@ -69,7 +71,7 @@ class _OpenAIBase(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-SEED_LIMIT, le=SEED_LIMIT)
     stream: bool = False
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
