@@ -160,11 +160,13 @@ class Retriever:
 
     # ---- search -------------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, mode: str | None = None, filters: FilterSpec = None,
-               collection: str | Sequence[str] | None = None, must_terms: Sequence[str] | None = None,
-               extra_queries: Sequence[str] | None = None) -> SearchResult:
+               collection: str | Sequence[str] | None = None, must_terms: Sequence[str] | None = None
+               ) -> SearchResult:
+        """One query. Several queries (variants, HyDE) are fused by `fusion.fuse_searches` over
+        one search each, so every variant keeps its own mode and weight."""
         t0 = time.perf_counter()
         mode = mode or self.cfg.mode
-        texts = [query, *(extra_queries or [])]
+        texts = [query]
         timings: dict[str, float] = {}
         qvecs = None
         if "dense" in retrievers_for(mode) or self._needs_routing_embedding(collection):
