@@ -222,6 +222,31 @@ class BlockManager:
         return out
 
     # ---- prefix cache maintenance -----------------------------------------------------
+    @property
+    def num_cached(self) -> int:
+        """Blocks registered in the prefix cache (in use or evictable)."""
+        return len(self.hash_to_block)
+
+    def cached_blocks(self) -> list[Block]:
+        """Every block registered in the prefix cache, by block id (persistence, introspection)."""
+        return [self.blocks[i] for i in sorted(self.hash_to_block.values())]
+
+    def adopt_cached(self, h: bytes, parent_hash: bytes | None, token_ids: list[int] | tuple[int, ...]
+                     ) -> int | None:
+        """Register a restored full block as cached-but-unused (evictable, LRU last) in a
+        never-used free block; returns its id for the caller to fill with K/V, or None when the
+        hash is already cached or no free block is left (restoring never evicts anything)."""
+        if h in self.hash_to_block or not self.free_ids:
+            return None
+        bid = self.free_ids.popleft()
+        self.mark_touched(bid, zero=False)  # the caller overwrites the whole block
+        b = self.blocks[bid]
+        b.hash, b.parent_hash, b.token_ids = h, parent_hash, tuple(token_ids)
+        b.filled = self.block_size
+        self.hash_to_block[h] = bid
+        self.evictable[bid] = None
+        return bid
+
     def clear_cache(self) -> int:
         """Forget every unused cached block; returns how many were dropped."""
         n = len(self.evictable)

@@ -9,18 +9,18 @@ import time
 
 import torch
 
-from inference import kv_cache, prompt_logprobs
+from inference import kv_cache
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.errors import ContextOverflow, EmptyPrompt
 from inference.model_loader import load_model, load_tokenizer, resolve_model_dir
 from inference.model_runner import ModelRunner
 from inference.outputs import RequestOutput
+from inference.postprocess import OutputProcessor
 from inference.request_state import RequestState
-from inference.sampler import sample, token_logprobs
 from inference.sampling_params import SamplingParams
 from inference.scheduler import Scheduler
-from inference.sequence import Sequence, Status
+from inference.sequence import Sequence
 
 log = logging.getLogger(__name__)
 _req_ids = itertools.count()
@@ -57,8 +57,8 @@ class LLMEngine:
                                   use_cuda_graphs=not config.enforce_eager, max_num_seqs=config.max_num_seqs,
                                   max_model_len=self.max_model_len)
         self.requests: dict[str, RequestState] = {}
+        self.output = OutputProcessor(self.scheduler, self.bm, self.requests, self.eos_token_ids, self._seed)
         self.total_prompt_tokens = 0
-        self.total_generated_tokens = 0
         self.peak_blocks_used = 0
         self.kv_efficiency_at_peak = 1.0
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%.1f MiB)", num_blocks, bs,
@@ -72,6 +72,10 @@ class LLMEngine:
             elif isinstance(src, (list, tuple)):
                 ids.update(int(x) for x in src)
         return ids
+
+    @property
+    def total_generated_tokens(self) -> int:
+        return self.output.total_generated_tokens
 
     @property
     def num_kv_tokens(self) -> int:
@@ -145,10 +149,9 @@ class LLMEngine:
         if state is None:
             return False
         for s in state.seqs:
-            self.scheduler.remove(s)
+            self.scheduler.finish(s)
             if s.finish_reason is None:
                 s.finish_reason = "abort"
-            s.status = Status.FINISHED
         return True
 
     def has_unfinished_requests(self) -> bool:
@@ -157,78 +160,18 @@ class LLMEngine:
     # ---- stepping ---------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
+        """schedule -> run -> postprocess (nano-vllm's shape). The scheduler places sequences and
+        commits computed tokens; the runner returns everything it computed; the output processor
+        forks, samples, stops and shifts."""
         batch = self.scheduler.schedule()
         if batch.empty:
             return []
         self.runner.zero_blocks(self.bm.take_zeroes())
         self.runner.copy_blocks(self.bm.take_copies())
-        prev = [s.num_computed_tokens for s in batch.seqs]
-        logits, owners = self.runner.run(batch)
-        for i, entries in self.runner.last_prompt_logprobs.items():
-            prompt_logprobs.record(batch.seqs[i], entries)
-        for seq, p, n in zip(batch.seqs, prev, batch.num_tokens, strict=True):
-            seq.num_computed_tokens = p + n
-            self.bm.commit(seq, p)
+        out = self.runner.run(batch)
+        self.scheduler.commit(batch, out.prompt_logprobs)
         self._track_kv()
-        rows_seqs: list[Sequence] = []
-        rows: list[int] = []
-        for r, i in enumerate(owners):
-            seq = batch.seqs[i]
-            rows_seqs.append(seq)
-            rows.append(r)
-            for child in self._fork(seq):
-                rows_seqs.append(child)
-                rows.append(r)
-        touched: dict[str, RequestState] = {}
-        if rows_seqs:
-            logits = logits[rows] if len(rows) != logits.shape[0] else logits
-            want_lp = [s.params.logprobs for s in rows_seqs]
-            raw = logits.clone() if any(x is not None for x in want_lp) else None
-            for r, s in enumerate(rows_seqs):
-                if s.params.candidate_token_ids and s.num_output_tokens == 0 and s.candidate_logprobs is None:
-                    lp = torch.log_softmax(logits[r], -1)
-                    s.candidate_logprobs = {t: float(lp[t]) for t in s.params.candidate_token_ids}
-            tokens = sample(logits, rows_seqs, self.eos_token_ids)
-            lps = token_logprobs(raw, tokens, want_lp) if raw is not None else [None] * len(tokens)
-            for s, tok, lp in zip(rows_seqs, tokens, lps, strict=True):
-                state = self.requests[s.request_id]
-                if lp is not None:
-                    s.logprobs.append(lp)
-                self.total_generated_tokens += 1
-                if state.on_token(s, tok):
-                    self.scheduler.remove(s)
-                    s.status = Status.FINISHED
-                elif s.needs_shift:
-                    s.needs_shift = False
-                    self.scheduler.requeue(s)  # free first: block hashes describe the old tokens
-                    s.shift_context(s.params.context_shift_keep)
-                touched[s.request_id] = state
-        outs = []
-        for rid, state in touched.items():
-            outs.append(state.output())
-            if state.finished:
-                del self.requests[rid]
-        return outs
-
-    def _fork(self, parent: Sequence) -> list[Sequence]:
-        """n > 1: once the prompt is computed, the other samples share its blocks (COW)."""
-        if not parent.pending_forks:
-            return []
-        children = []
-        state = self.requests[parent.request_id]
-        for k in range(1, parent.pending_forks + 1):
-            child = Sequence(parent.request_id, parent.prompt_token_ids, parent.params,
-                             priority=parent.priority, arrival_time=parent.arrival_time, index=k)
-            child.first_scheduled_time = parent.first_scheduled_time
-            child.num_cached_tokens = parent.num_cached_tokens
-            self._seed(child)
-            self.bm.fork(parent, child)
-            child.status = Status.RUNNING
-            self.scheduler.running.append(child)
-            state.add_fork(child)
-            children.append(child)
-        parent.pending_forks = 0
-        return children
+        return self.output.postprocess(batch, out)
 
     def _track_kv(self) -> None:
         used = self.bm.num_used
@@ -243,7 +186,7 @@ class LLMEngine:
             "waiting": len(self.scheduler.waiting),
             "kv_blocks_total": bm.num_blocks,
             "kv_blocks_used": bm.num_used,
-            "kv_blocks_cached": len(bm.hash_to_block),
+            "kv_blocks_cached": bm.num_cached,
             "kv_blocks_cached_free": bm.num_cached_free,
             "kv_blocks_free": bm.num_free,
             "kv_tokens_capacity": self.num_kv_tokens,

@@ -7,6 +7,8 @@ computed produces logits; intermediate prefill chunks don't.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from inference import kv_cache, prompt_logprobs
@@ -17,6 +19,15 @@ from inference.scheduler import ScheduledBatch
 # sizes the plain padded gather is used (it is also bit-identical to HF, which tests rely on)
 CASCADE_MIN_ROWS = 2
 CASCADE_MIN_TOKENS = 256
+
+
+@dataclass
+class RunOutput:
+    """Everything one forward pass computed, handed to the scheduler and the output processor."""
+
+    logits: torch.Tensor  # [rows with logits, vocab], float32 on CPU
+    owners: list[int]  # batch.seqs index of each logits row
+    prompt_logprobs: dict[int, list[prompt_logprobs.Entry]]  # batch.seqs index -> prompt entries
 
 
 class ModelRunner:
@@ -40,7 +51,6 @@ class ModelRunner:
                                        block_size, device)
             self.graphs.capture()
         self._arange = torch.arange(block_size, device=device)
-        self.last_prompt_logprobs: dict[int, list[prompt_logprobs.Entry]] = {}
 
     def zero_blocks(self, ids: list[int]) -> None:
         if ids:
@@ -133,14 +143,13 @@ class ModelRunner:
         meta.suffix_bias = bias.to(self.device)
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int]]:
-        """Returns logits [num_rows_with_logits, vocab] (float32, CPU) and which batch entries
-        they belong to (index into batch.seqs)."""
+    def run(self, batch: ScheduledBatch) -> RunOutput:
+        """One forward pass over the batch; returns everything it computed (no side state)."""
         input_ids, positions, meta, rows = self.prepare(batch)
         hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None else None
         if hidden is None:
             hidden = self.model(input_ids, positions, meta)
-        self.last_prompt_logprobs = prompt_logprobs.collect(self.model, hidden, batch) \
+        prompt_lps = prompt_logprobs.collect(self.model, hidden, batch) \
             if any(prompt_logprobs.wants_prompt_logprobs(s) for s in batch.seqs) else {}
         wanted = set(rows)
         owners = []
@@ -150,9 +159,9 @@ class ModelRunner:
             if (r - 1) in wanted:
                 owners.append(i)
         if not rows:
-            return torch.empty(0), owners
+            return RunOutput(torch.empty(0), owners, prompt_lps)
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
-        return logits.float().cpu(), owners
+        return RunOutput(logits.float().cpu(), owners, prompt_lps)
 
 
 def _triton_ok() -> bool:

@@ -1,8 +1,9 @@
 """Prefix-cache persistence and introspection.
 
 Saved: every hashed block's chain hash, parent hash, token ids and K/V (all layers), plus the
-shape facts that must match on load. Loading places blocks into never-used free blocks and
-registers them as cached-but-unused, so they are reused on the next hit or evicted LRU.
+shape facts that must match on load. Loading asks the block manager to adopt each block into a
+never-used free block as cached-but-unused (`BlockManager.adopt_cached`), so they are reused on
+the next hit or evicted LRU; this module never edits the manager's lists or hash map itself.
 """
 
 from __future__ import annotations
@@ -20,10 +21,8 @@ def _signature(engine) -> dict:
 
 
 def save_prefix_cache(engine, path: str | os.PathLike) -> int:
-    bm = engine.bm
-    ids = sorted(bm.hash_to_block.values())
-    blocks = [bm.blocks[i] for i in ids]
-    index = torch.tensor(ids, dtype=torch.long)
+    blocks = engine.bm.cached_blocks()
+    index = torch.tensor([b.block_id for b in blocks], dtype=torch.long)
     data = {
         "signature": _signature(engine),
         "hashes": [b.hash for b in blocks],
@@ -47,18 +46,11 @@ def load_prefix_cache(engine, path: str | os.PathLike) -> int:
     data = torch.load(path, map_location="cpu", weights_only=True)
     if data["signature"] != _signature(engine):
         raise ValueError(f"prefix cache {path} was saved for {data['signature']}, engine is {_signature(engine)}")
-    bm = engine.bm
     restored = 0
     for j, h in enumerate(data["hashes"]):
-        if h in bm.hash_to_block or not bm.free_ids:
+        bid = engine.bm.adopt_cached(h, data["parents"][j], data["token_ids"][j])
+        if bid is None:
             continue
-        bid = bm.free_ids.popleft()
-        bm.mark_touched(bid, zero=False)  # fully overwritten below
-        b = bm.blocks[bid]
-        b.hash, b.parent_hash, b.token_ids = h, data["parents"][j], tuple(data["token_ids"][j])
-        b.filled = bm.block_size
-        bm.hash_to_block[h] = bid
-        bm.evictable[bid] = None
         for li, c in enumerate(engine.runner.caches):
             c.k[bid].copy_(data["k"][li][j])
             c.v[bid].copy_(data["v"][li][j])
@@ -71,8 +63,7 @@ def load_prefix_cache(engine, path: str | os.PathLike) -> int:
 
 def cached_prefixes(engine, top: int = 10) -> list[dict]:
     """Longest cached prefixes (chains of cached blocks ending in a leaf), for introspection."""
-    bm = engine.bm
-    by_hash = {h: bm.blocks[b] for h, b in bm.hash_to_block.items()}
+    by_hash = {b.hash: b for b in engine.bm.cached_blocks()}
     has_child = {b.parent_hash for b in by_hash.values() if b.parent_hash is not None}
     chains = []
     for h, b in by_hash.items():

@@ -8,10 +8,14 @@ slices so a long prompt never materialises a [tokens, vocab] matrix at once.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from inference.sampling_params import SamplingParams
-from inference.scheduler import ScheduledBatch
+
+if TYPE_CHECKING:  # the scheduler records prompt log-probs through this module
+    from inference.scheduler import ScheduledBatch
 
 ROWS_PER_SLICE = 256
 Entry = tuple[int, dict[int, float]]  # (position, {token id: logprob}); the real token is always in

@@ -11,8 +11,9 @@ of higher priority preempts lower-priority running ones the same way when it fin
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from inference import prompt_logprobs
 from inference.block_manager import BlockManager
 from inference.sequence import Sequence, Status
 
@@ -21,6 +22,7 @@ from inference.sequence import Sequence, Status
 class ScheduledBatch:
     seqs: list[Sequence]
     num_tokens: list[int]  # tokens each sequence computes this step (decodes first)
+    prev_computed: list[int] = field(default_factory=list)  # num_computed_tokens when scheduled
 
     @property
     def empty(self) -> bool:
@@ -51,6 +53,25 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.bm.free(seq)
+
+    def finish(self, seq: Sequence) -> None:
+        """A sequence is done (stop, length): out of the schedule, its blocks freed."""
+        self.remove(seq)
+        seq.status = Status.FINISHED
+
+    def admit_fork(self, child: Sequence) -> None:
+        """An n > 1 sample that already holds its parent's blocks joins the running set."""
+        child.status = Status.RUNNING
+        self.running.append(child)
+
+    def commit(self, batch: ScheduledBatch, prompt_lps: dict[int, list[prompt_logprobs.Entry]]) -> None:
+        """After the runner computed a batch: record prompt log-probs, advance each sequence's
+        computed tokens and let the block manager fill and hash the blocks just written."""
+        for i, entries in prompt_lps.items():
+            prompt_logprobs.record(batch.seqs[i], entries)
+        for seq, p, n in zip(batch.seqs, batch.prev_computed, batch.num_tokens, strict=True):
+            seq.num_computed_tokens = p + n
+            self.bm.commit(seq, p)
 
     def _preempt(self, victim: Sequence) -> None:
         self.requeue(victim)
@@ -128,4 +149,5 @@ class Scheduler:
             (decodes.append(seq) if n == 1 else prefills.append((seq, n)))
             budget -= n
         seqs = decodes + [s for s, _ in prefills]
-        return ScheduledBatch(seqs=seqs, num_tokens=[1] * len(decodes) + [n for _, n in prefills])
+        return ScheduledBatch(seqs=seqs, num_tokens=[1] * len(decodes) + [n for _, n in prefills],
+                              prev_computed=[s.num_computed_tokens for s in seqs])
