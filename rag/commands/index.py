@@ -17,14 +17,23 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--no-sync", action="store_true", help="only update the store; build indexes later")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--ray", action="store_true",
+                   help="postgres backend: chunk, embed and write on Ray actors (RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--ray-workers", type=int, default=2, help="actors per stage with --ray")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
     with open_store(cfg) as store:
-        report = build_ingestor(cfg, store).ingest(
-            args.paths, collection=args.collection, progress=not args.no_progress
-        )
+        if getattr(args, "ray", False):
+            from ..ray_ingest import ingest_with_ray
+
+            report = ingest_with_ray(cfg, store, build_retriever(cfg, store), args.paths, args.collection,
+                                     progress=not args.no_progress, workers=args.ray_workers)
+        else:
+            report = build_ingestor(cfg, store).ingest(
+                args.paths, collection=args.collection, progress=not args.no_progress
+            )
         synced = choice = None
         if not args.no_sync:
             try:
