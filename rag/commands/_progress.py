@@ -1,7 +1,8 @@
 """A tqdm bar fed by the indexes' `on_progress(done, total)` callback.
 
 Why: embedding a large collection runs for minutes; without a bar the command looked hung
-(issue #16 item 4). The bar writes to stderr, so `--json` output stays clean.
+(issue #16 item 4). The bar writes to stderr, so `--json` output stays clean, and it only appears
+once there is work (a sync with nothing to do prints nothing).
 """
 
 from __future__ import annotations
@@ -9,21 +10,26 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from tqdm import tqdm
 
 
 @contextmanager
 def index_progress(desc: str, enabled: bool = True) -> Iterator[Callable[[int, int], None]]:
-    bar = tqdm(desc=desc, unit="chunk", disable=not enabled, file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
+    bar: Any = None
 
     def update(done: int, total: int) -> None:
-        if bar.total != total:
-            bar.total = total
-        bar.n = done
+        nonlocal bar
+        if not enabled:
+            return
+        if bar is None:
+            bar = tqdm(desc=desc, unit="chunk", total=total, file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
+        bar.total, bar.n = total, done
         bar.refresh()
 
     try:
         yield update
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()

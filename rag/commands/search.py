@@ -8,6 +8,7 @@ import sys
 from ..app import build_retriever, open_store
 from ._common import command, config_from, print_json
 from ._hints import collection_hint
+from ._progress import index_progress
 
 
 def register(sub) -> None:
@@ -31,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
     filters = args.filters or None
     with open_store(cfg) as store:
         retriever = build_retriever(cfg, store)
+        if cfg.retrieval.auto_sync and (args.collection or not cfg.retrieval.collections):
+            # catch up with the store here, with a progress bar, rather than silently inside search
+            name = args.collection or cfg.retrieval.default_collection
+            with index_progress(f"indexing {name}") as bar:
+                retriever.sync(name, on_progress=bar)
         result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
                                   collection=args.collection)
         hint = None if result.candidates else collection_hint(store, args.collection,

@@ -25,13 +25,16 @@ def test_search_in_an_empty_collection_names_the_full_one(tmp_path):
     docs.mkdir()
     (docs / "a.md").write_text("# Alpha\n\nThe alpha reactor runs on thorium salts.\n")
     common = ["--set", f"storage.path={tmp_path / 'store'}", "--set", "retrieval.mode=bm25"]
-    r = rag("index", str(docs), "--no-progress", "--collection", "papers", *common)
+    r = rag("index", str(docs), "--no-progress", "--no-sync", "--collection", "papers", *common)
     assert r.returncode == 0, r.stderr
     r = rag("search", "thorium reactor", *common)
     assert r.returncode == 0 and "0 result(s)" in r.stdout
     assert "papers (1 docs)" in r.stderr and "--collection papers" in r.stderr  # was: no hint at all
     r = rag("search", "thorium reactor", "--collection", "papers", *common)
     assert "Alpha" in r.stdout and "hint" not in r.stderr
+    assert "indexing papers" in r.stderr  # the stale index caught up with a progress bar, not silently
+    r = rag("search", "thorium reactor", "--collection", "papers", *common)
+    assert "indexing" not in r.stderr  # nothing to do: no bar
     r = rag("search", "  ", *common)
     assert r.returncode == 2 and "empty" in r.stderr  # was: exit 0 and every chunk
 
