@@ -170,7 +170,17 @@ class PgIndex:
 
     # ---- sync ------------------------------------------------------------------------
     def sync(self, rebuild: bool = False, batch: int = 512) -> dict[str, int]:
-        """Index the chunks that have no index entry yet; returns added/removed/kept counts."""
+        """Index the chunks that have no index entry yet; returns added/removed/kept counts.
+        Replicas sharing the database take turns (session advisory lock per collection)."""
+        with self.store.conn() as db:
+            db.execute("SELECT pg_advisory_lock(hashtext(%s))", ("rag_sync:" + self.collection,))
+        try:
+            return self._sync(rebuild, batch)
+        finally:
+            with self.store.conn() as db:
+                db.execute("SELECT pg_advisory_unlock(hashtext(%s))", ("rag_sync:" + self.collection,))
+
+    def _sync(self, rebuild: bool, batch: int) -> dict[str, int]:
         version = self.store.version(self.collection)
         meta = self.meta()
         if rebuild:

@@ -1,0 +1,75 @@
+"""`rag serve --replicas 2` on the Postgres backend over real HTTP: two worker processes behind one
+port, both ready, and a document written to the database after startup is found by every request
+whichever replica answers it (shared state lives in Postgres, not in a process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from indexing.pg_local import free_port
+
+
+@pytest.mark.slow
+def test_two_replicas_share_the_database(pg_dsn, corpus_dir, tmp_path):
+    import psutil
+
+    from indexing.pg_store import PgDocumentStore
+    from indexing.types import Chunk, Document
+    from rag.app import build_ingestor
+    from rag.config import load_config
+
+    sets = ["storage.backend=postgres", f"storage.dsn={pg_dsn}", f"storage.path={tmp_path}",
+            "retrieval.embedder.model=minilm", "generator.engine.max_model_len=1024",
+            "generator.engine.kv_cache_memory=0.3"]
+    cfg = load_config(None, sets)
+    with PgDocumentStore(pg_dsn) as store:
+        build_ingestor(cfg, store).ingest([str(corpus_dir)], progress=False)
+    port = free_port()
+    args = [sys.executable, "-m", "rag", "serve", "--replicas", "2", "--port", str(port)]
+    for s in sets:
+        args += ["--set", s]
+    log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - the server outlives this statement
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 600
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            try:
+                if httpx.get(base + "/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.time() < deadline, "replicas did not become ready"
+            time.sleep(1)
+        workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(workers) == 2
+        with PgDocumentStore(pg_dsn) as store:  # written behind the replicas' backs
+            text = "The quokka is a small marsupial found on Rottnest Island."
+            doc = Document(doc_id="quokka", text=text, source="animals/quokka.md", title="Quokka")
+            store.upsert(doc, [Chunk(chunk_id="quokka#0", doc_id="quokka", text=text, start=0, end=len(text),
+                                     source=doc.source, title="Quokka")])
+
+        def ask(_: int) -> list[str]:
+            r = httpx.post(base + "/v1/search", json={"query": "quokka marsupial Rottnest", "top_k": 1}, timeout=120)
+            assert r.status_code == 200, r.text
+            return [x["doc_id"] for x in r.json()["results"]]
+
+        with ThreadPoolExecutor(4) as ex:
+            assert all(ids == ["quokka"] for ids in ex.map(ask, range(12)))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
