@@ -44,6 +44,14 @@ class _LazySearch:
             close()
 
 
+def ablation_fingerprint(dataset_fingerprint: str, base_config: dict[str, Any]) -> str:
+    """Cache key of an ablation run: the dataset version and the base configuration the grid's
+    overrides apply to (the same grid over `bm25.yaml` and `dense.yaml` must not share results).
+    Where files go (`storage`) and how the server runs (`server`) do not change results."""
+    cfg = {k: v for k, v in base_config.items() if k not in ("storage", "server")}
+    return config_hash({"dataset": dataset_fingerprint, "base": cfg})
+
+
 def variant_cache(out_dir: str | Path, variant: Variant, fingerprint: str, depth: int, kind: str = "retrieval") -> QueryCache:
     """The cache of one variant; its key changes with the dataset, the overrides, the depth and
     the kind of run (retrieval and QA records have different shapes)."""

@@ -191,7 +191,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_ablate(args: argparse.Namespace) -> int:
-    from eval.ablation import run_ablation
+    from eval.ablation import ablation_fingerprint, run_ablation
     from eval.datasets import load_beir
     from eval.grid import load_grid
     from eval.report import write_report
@@ -214,7 +214,8 @@ def run_ablate(args: argparse.Namespace) -> int:
         return search_fn(open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress), max(ks))
 
     results = run_ablation(grid, ds.queries, ds.qrels, make, out, ks, not args.no_progress,
-                           dataset=ds.name, split=args.split, fingerprint=ds.fingerprint)
+                           dataset=ds.name, split=args.split,
+                           fingerprint=ablation_fingerprint(ds.fingerprint, base.to_dict()))
     print(format_table(results))
     paths = write_report(results, args.report or out, title=f"Ablation: {ds.name} {args.split}")
     print(f"report: {paths['markdown']}")

@@ -32,3 +32,15 @@ def test_bm25_then_dense_eval_over_one_dataset(tiny_dataset, tmp_path):
             assert hits and hits[0].chunk.doc_id == "paris"
         finally:
             pipe.close()
+
+
+def test_ablation_caches_are_keyed_by_the_base_config(tmp_path):
+    # was: the same grid run over configs/bm25.yaml and then configs/dense.yaml reused the bm25
+    # results (the variant caches were keyed by dataset, overrides and depth only)
+    from eval.ablation import ablation_fingerprint
+
+    bm25, dense = _cfg(tmp_path, "bm25.yaml"), _cfg(tmp_path, "dense.yaml")
+    assert ablation_fingerprint("ds1", bm25.to_dict()) != ablation_fingerprint("ds1", dense.to_dict())
+    moved = _cfg(tmp_path / "elsewhere", "bm25.yaml")  # another storage path: same results
+    assert ablation_fingerprint("ds1", bm25.to_dict()) == ablation_fingerprint("ds1", moved.to_dict())
+    assert ablation_fingerprint("ds1", bm25.to_dict()) != ablation_fingerprint("ds2", bm25.to_dict())
