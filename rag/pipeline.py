@@ -28,9 +28,11 @@ from .loops import is_looping
 from .query.planner import QueryPlan, QueryPlanner
 
 if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-backed stages
+    from inference.outputs import RequestOutput
+    from inference.sampling_params import SamplingParams
     from rerank.base import Reranker
     from rerank.compress.base import Compressor
-    from retrieval.retriever import Retriever
+    from retrieval.retriever import FilterSpec, Retriever
 
 
 class Pipeline:
@@ -97,7 +99,7 @@ class Pipeline:
         return self._compressor
 
     # ---- retrieval ----------------------------------------------------------------------
-    def search(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+    def search(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                plan: QueryPlan | None = None) -> SearchResult:
         """Planned, fused and reranked candidates (no generation of the answer)."""
         k = k or self.cfg.retrieval.k
@@ -128,7 +130,7 @@ class Pipeline:
         return res
 
     # ---- answering ----------------------------------------------------------------------
-    def ask(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+    def ask(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
             passages: list[str] | None = None, mode: str | None = None, **sampling: Any) -> Answer:
         answer = None
         for item in self.stream(question, filters=filters, collection=collection, k=k, passages=passages,
@@ -138,9 +140,9 @@ class Pipeline:
         assert answer is not None
         return answer
 
-    def prepare(self, question: str, filters: Any = None, collection: str | None = None,
+    def prepare(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                 k: int | None = None, mode: str | None = None,
-                **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, Any]:
+                **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
         """Everything up to generation: the partial Answer, the built prompt and sampling params."""
         self._check_question(question)
         t0 = time.perf_counter()
@@ -197,7 +199,7 @@ class Pipeline:
         answer.timings_ms["prepare"] = _ms(t0)
         return answer, built, params
 
-    def stream(self, question: str, filters: Any = None, collection: str | None = None, k: int | None = None,
+    def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                passages: list[str] | None = None, **sampling: Any) -> Iterator[str | Answer]:
         """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval."""
         if passages is None and self._generator is None:
@@ -206,7 +208,7 @@ class Pipeline:
         return self.generator.iterate(self.astream(question, filters, collection, k, passages=passages,
                                                    **sampling))
 
-    async def astream(self, question: str, filters: Any = None, collection: str | None = None,
+    async def astream(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                       k: int | None = None, request_id: str | None = None, passages: list[str] | None = None,
                       **sampling: Any):
         """Retrieval in a worker thread, generation on the caller's loop (so a client that goes
@@ -248,7 +250,7 @@ class Pipeline:
             yield final.text
         yield final
 
-    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: Any) -> GroundedSpanProcessor:
+    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams) -> GroundedSpanProcessor:
         texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
         return GroundedSpanProcessor(texts, self.generator.tokenizer, self.cfg.prompt.refusal,
                                      eos_token_id=self.generator.engine.engine.eos_token_ids,
@@ -269,7 +271,7 @@ class Pipeline:
     def refuse_margin(self) -> float | None:
         return self._threshold("refuse_margin")
 
-    def finish(self, answer: Answer, out: Any, markers: MarkerFilter, t0: float,
+    def finish(self, answer: Answer, out: RequestOutput | None, markers: MarkerFilter, t0: float,
                span: GroundedSpanProcessor | None = None) -> Answer:
         """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
 
@@ -345,7 +347,7 @@ def _passage(marker: int, c: Candidate) -> Passage:
                    metadata=dict(ch.metadata))
 
 
-def _merge_filters(user: Any, planned: dict) -> Any:
+def _merge_filters(user: FilterSpec, planned: dict) -> FilterSpec:
     if not planned:
         return user
     if not user:
