@@ -39,6 +39,8 @@ class AnswerConfig(BaseModel):
     grounded: bool = Field(True, description=(
         "short mode: decode only verbatim spans of the passages (or the refusal); citations by construction"))
     short_max_tokens: int = Field(24, ge=1, description="token budget of a short answer")
+    force_markers: bool = Field(True, description=(
+        "long mode: before an uncited sentence ends, the model must write a [n] marker (it picks n)"))
     refuse_margin: float | None = Field(None, description=(
         "grounded short mode: refuse when log P(refusal) - log P(best span) at the first token exceeds "
         "this; null: the value `rag eval calibrate` stored for the model, else the model's own choice"))

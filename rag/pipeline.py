@@ -190,6 +190,11 @@ class Pipeline:
         built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode)
         if self.cfg.generator.context_shift:
             params.context_shift_keep = built.system_tokens
+        if mode == "long" and self.cfg.answer.force_markers and self.cfg.generator.backend == "engine":
+            from inference.structured.citation_markers import CitationMarkerProcessor
+
+            params.logits_processors = [*params.logits_processors, CitationMarkerProcessor(
+                gen.tokenizer, len(built.passages), self._eos_ids(), self.cfg.prompt.refusal)]
         if mode == "short" and self.cfg.answer.grounded and self.cfg.generator.backend == "engine":
             # (a remote backend has no logits to mask: its short answers are prompted only)
             params.logits_processors = [*params.logits_processors, self._span_processor(built, params)]
@@ -253,8 +258,12 @@ class Pipeline:
     def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams) -> GroundedSpanProcessor:
         texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
         return GroundedSpanProcessor(texts, self.generator.tokenizer, self.cfg.prompt.refusal,
-                                     eos_token_id=self.generator.engine.engine.eos_token_ids,
+                                     eos_token_id=self._eos_ids(),
                                      max_tokens=params.max_tokens, refuse_margin=self.refuse_margin)
+
+    def _eos_ids(self) -> set[int] | int | None:
+        engine = getattr(self.generator.engine, "engine", None)
+        return getattr(engine, "eos_token_ids", None) or self.generator.tokenizer.eos_token_id
 
     def _threshold(self, key: str) -> float | None:
         """`answer.<key>`, else what `rag eval calibrate` stored for this model."""

@@ -1,0 +1,95 @@
+"""Make the model write a `[n]` marker before it ends a sentence that has none.
+
+Why: small models answer correctly but seldom write markers, and citations inferred by word
+overlap afterwards are guesses. Here, when the model's top choice would end an uncited sentence
+(a full stop, or EOS), only `[` is allowed; then only the numbers of given passages, then `]`.
+Which passage it cites is still the model's choice (its most likely number), so the marker is
+model-written; the sentence then ends as the model wanted. A refusal needs no marker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .token_bytes import token_bytes
+
+_ENDS = {".", "!", "?", "。", "！", "？"}
+
+
+class CitationMarkerProcessor:
+    def __init__(self, tokenizer: Any, n_passages: int, eos_token_id: int | list[int] | set[int] | None = None,
+                 refusal: str | None = None):
+        tb = token_bytes(tokenizer)
+        text = {i: b.decode("utf-8", "ignore") for i, b in enumerate(tb.bytes_of) if b is not None}
+        self.text = text
+        self.open_ids = [i for i, s in text.items() if s in ("[", " [")]
+        self.digit_ids = {i: int(s) for i, s in text.items() if s.isdigit() and s.isascii() and 1 <= int(s) <= n_passages
+                          and not s.startswith("0")}
+        self.close_ids = [i for i, s in text.items() if s == "]"]
+        self.end_ids = {i for i, s in text.items() if s.strip() in _ENDS and s.strip()}
+        eos = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+        self.refusal = (refusal or "").strip().lower()[:12]
+        self._state = "free"  # free | open (after "[") | num (after a number)
+        self._cited = False
+        self._run = 0  # markers written back to back ("[1] [2]"): more than two is a loop
+        self._pending: int | None = None  # the end (full stop or EOS) the model wanted before its marker
+        self._out = ""
+        self._consumed = 0
+
+    def _advance(self, token_ids: list[int]) -> None:
+        for t in token_ids[self._consumed:]:
+            s = self.text.get(t, "")
+            self._out += s
+            if self._state == "open" and t in self.digit_ids:
+                self._state = "num"
+            elif self._state == "num" and t in self.close_ids:
+                self._state, self._cited = "free", True
+                self._run += 1
+            elif t in self.open_ids:
+                self._state = "open"
+            else:
+                self._state = "free"  # the model wrote something else: not a marker after all
+                if s.strip():
+                    self._run = 0
+            if t in self.end_ids:
+                self._cited = False  # a new sentence starts
+        self._consumed = len(token_ids)
+
+    def _only(self, logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+        keep = [i for i in ids if i < logits.shape[-1]]
+        if not keep:
+            return logits
+        out = torch.full_like(logits, float("-inf"))
+        idx = torch.tensor(keep, dtype=torch.long, device=logits.device)
+        vals = logits[idx]
+        # Another processor (no-repeat n-grams) may have banned all of them: the marker still wins.
+        out[idx] = vals if bool(torch.isfinite(vals).any()) else torch.zeros_like(vals)
+        return out
+
+    def _ban(self, logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+        idx = torch.tensor([i for i in ids if i < logits.shape[-1]], dtype=torch.long, device=logits.device)
+        return logits.index_fill(-1, idx, float("-inf")) if idx.numel() else logits
+
+    def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        self._advance(list(token_ids))
+        if self._state == "open":
+            return self._only(logits, list(self.digit_ids))
+        if self._state == "num":
+            return self._only(logits, self.close_ids)
+        if self._pending is not None:
+            want, self._pending = self._pending, None
+            return self._only(logits, [want])  # end the sentence (or the answer) as the model wanted
+        if self._run >= 2:
+            return self._ban(logits, self.open_ids)
+        if self._cited or not self._out.strip():
+            return logits
+        if self.refusal and self._out.strip().lower().startswith(self.refusal):
+            return logits
+        top = int(logits.argmax())
+        if top in self.end_ids or top in self.eos_ids:
+            self._pending = top
+            return self._only(logits, self.open_ids)
+        return logits
