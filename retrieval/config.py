@@ -123,8 +123,10 @@ class FusionConfig(_Strict):
     depth: dict[str, int] = Field(default_factory=lambda: {"bm25": 100, "dense": 100})
     normalization: Literal["minmax", "zscore"] = "minmax"
     # weights for collections the language choice gives the multilingual embedder (embedder.model:
-    # auto): BM25's CJK bigrams beat e5-small there, so dense only breaks ties; null keeps `weights`
-    cjk_weights: dict[str, float] | None = Field(default_factory=lambda: {"bm25": 1.0, "dense": 0.5})
+    # auto): BM25's CJK bigrams beat e5-small there (DRCD dev nDCG@10 0.961 vs 0.898); RRF with dense
+    # at 0.5 / 0.25 gives 0.9577 / 0.9615 (1.0 lost 0.025 on a DRCD subset): at 0.25 dense reorders
+    # near ties and lifts Recall@10 (0.993 -> 0.996). null keeps `weights`.
+    cjk_weights: dict[str, float] | None = Field(default_factory=lambda: {"bm25": 1.0, "dense": 0.25})
 
 
 class SmallToBigConfig(_Strict):
