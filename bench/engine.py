@@ -93,8 +93,9 @@ def run_llama_cpp(model: str, prompts: list[list[int]], max_new: int, threads: i
     """Optional peer: llama.cpp (`llama-cpp-python`) on the packaged GGUF, one request after another.
 
     It keeps the previous prompt's KV and reuses the longest common prefix, so the shared system
-    prompt is served from its cache too. It runs the GGUF's Q4_1 weights (its native mode), not
-    fp32: read its ratio as "against llama.cpp as users run it".
+    prompt is served from its cache too. It runs the GGUF's quantised weights (its native mode,
+    Q4_1 for smollm2, Q4_K_M for the Qwen models): read its ratio as "against llama.cpp as users
+    run it". One slot: llama-cpp-python's `Llama` serves one sequence at a time.
     """
     from llama_cpp import Llama
 
@@ -146,9 +147,12 @@ def main() -> None:
     ap.add_argument("--hf-batch", type=int, default=8, help="static batch size of the HF peer")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=str, default=None)
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="engine weights/KV")
+    ap.add_argument("--dtype", default="float32", choices=("auto", "float32", "bfloat16"), help="engine weights/KV")
+    ap.add_argument("--quantization", default="none", choices=("none", "int8"),
+                    help="engine linear layers (int8: CPU, float32 activations)")
+    ap.add_argument("--skip-hf", action="store_true", help="no HF transformers peer (e.g. only llama.cpp)")
     ap.add_argument("--llama-cpp", action="store_true",
-                    help="also run llama.cpp (llama-cpp-python, Q4_1 GGUF, sequential) when installed")
+                    help="also run llama.cpp (llama-cpp-python, the model's GGUF, sequential) when installed")
     ap.add_argument("--hf-dtype", default="float32", choices=("float32", "bfloat16"), help="HF peer weights")
     args = ap.parse_args()
     if args.threads:
@@ -156,24 +160,26 @@ def main() -> None:
     n = args.requests or (16 if args.quick else 64)
 
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=64, max_num_batched_tokens=2048,
-              kv_cache_memory=2.0, enforce_eager=not args.cuda_graphs)
+              kv_cache_memory=2.0, enforce_eager=not args.cuda_graphs, quantization=args.quantization)
     tok = llm.tokenizer
     system, prompts = workload(tok, n)
     prompt_tokens = sum(len(p) for p in prompts)
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=getattr(torch, args.hf_dtype)).to(args.device).eval()
+    hf = None if args.skip_hf else AutoModelForCausalLM.from_pretrained(
+        str(llm.engine.model_dir), dtype=getattr(torch, args.hf_dtype)).to(args.device).eval()
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
     # warm-up both paths on a tiny input, then start from a cold prefix cache
     llm.generate([prompts[0][:64]], SamplingParams(temperature=0.0, max_tokens=4))
-    run_hf(hf, [prompts[0][:64]], 4, 1, pad)
+    if hf is not None:
+        run_hf(hf, [prompts[0][:64]], 4, 1, pad)
     llm.clear_prefix_cache()
 
     e_time, outs = run_engine(llm, prompts, args.max_new)
     stats = llm.stats()
     gen = sum(len(o.token_ids) for o in outs)
-    h_time = run_hf(hf, prompts, args.max_new, args.hf_batch, pad)
+    h_time = run_hf(hf, prompts, args.max_new, args.hf_batch, pad) if hf is not None else float("nan")
     hf_gen = n * args.max_new
 
     rng = random.Random(1)
@@ -204,7 +210,8 @@ def main() -> None:
         "prefix_cache_hit_rate": stats["prefix_cache_hit_rate"],
         "preemptions": stats["preemptions"],
         "hf_batch": args.hf_batch,
-        "engine_dtype": args.dtype,
+        "engine_dtype": str(llm.engine.dtype).replace("torch.", ""),
+        "engine_quantization": args.quantization,
         "hf_dtype": args.hf_dtype,
         "threads": torch.get_num_threads(),
         "device": args.device,
@@ -220,18 +227,26 @@ def main() -> None:
         ("total tok/s", f"{res['engine_total_tok_s']:.1f}", f"{res['hf_total_tok_s']:.1f}",
          f"{res['engine_total_tok_s'] / res['hf_total_tok_s']:.2f}x"),
         ("TTFT cached vs no-cache (s)", f"{t_cached:.3f}", f"{t_cold:.3f}", f"{res['ttft_ratio_cached']:.1f}x"),
-        *([("generated tok/s vs llama.cpp Q4_1", f"{res['engine_tok_s']:.1f}", f"{res['llama_cpp_tok_s']:.1f}",
+        *([(f"generated tok/s vs llama.cpp {_gguf_quant(args.model)}", f"{res['engine_tok_s']:.1f}", f"{res['llama_cpp_tok_s']:.1f}",
              f"{res['throughput_ratio_vs_llama_cpp']:.2f}x")] if l_time else []),
         ("KV efficiency at peak", f"{res['kv_efficiency']:.4f}", "", ""),
         ("prefix-cache hit rate", f"{res['prefix_cache_hit_rate']:.3f}", "", ""),
     ]
     print(f"{n} requests, {prompt_tokens} prompt tokens, {args.max_new} new tokens each, "
-          f"{res['threads']} threads, HF batch {args.hf_batch}, engine {args.dtype}, HF {args.hf_dtype}")
+          f"{res['threads']} threads, HF batch {args.hf_batch}, engine {res['engine_dtype']} "
+          f"quantization {args.quantization}, HF {args.hf_dtype}")
     print(f"{'metric':32} {'engine':>12} {'peer':>12} {'ratio':>8}")
     for r in rows:
         print(f"{r[0]:32} {r[1]:>12} {r[2]:>12} {r[3]:>8}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
+
+
+def _gguf_quant(model: str) -> str:
+    from inference.catalog import find_entry
+
+    entry = find_entry(model)
+    return entry.quantization if entry else "GGUF"
 
 
 def _no_llama_cpp() -> bool:

@@ -19,6 +19,7 @@ class EngineConfig(BaseModel):
 
     model: str = "smollm2"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    quantization: Literal["none", "int8"] = "none"
     block_size: int = Field(16, ge=1, le=256)
     kv_cache_memory: float = Field(0.25, gt=0)
     num_blocks: int | None = Field(None, ge=1)
@@ -49,6 +50,12 @@ class EngineConfig(BaseModel):
     def resolved_dtype(self, device: str):
         import torch
 
+        from inference.cpu_features import has_fast_bf16
+
         if self.dtype == "auto":
-            return torch.bfloat16 if device == "cuda" else torch.float32
+            # bf16 where the CPU has native bf16 GEMMs; int8 layers take float32 activations
+            if device == "cuda" or (self.quantization == "none" and has_fast_bf16()):
+                return torch.bfloat16
+            return torch.float32
         return getattr(torch, self.dtype)
+

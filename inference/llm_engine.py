@@ -35,7 +35,7 @@ class LLMEngine:
         self.dtype = config.resolved_dtype(self.device)
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self.model, self.hf_config = load_model(self.model_dir, self.dtype, self.device)
+        self.model, self.hf_config = load_model(self.model_dir, self.dtype, self.device, config.quantization)
         limit = getattr(self.hf_config, "max_position_embeddings", 4096)
         self.max_model_len = min(config.max_model_len or limit, limit)
         self.eos_token_ids = self._eos_ids()

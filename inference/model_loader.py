@@ -51,8 +51,9 @@ def load_tokenizer(model_dir: Path):
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: str):
-    """Build our decoder from config.json and fill it from *.safetensors."""
+def load_model(model_dir: Path, dtype: torch.dtype, device: str, quantization: str = "none"):
+    """Build our decoder from config.json and fill it from *.safetensors. `quantization="int8"`
+    converts the linear layers from the float32 weights (before any cast to `dtype`), CPU only."""
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -62,5 +63,9 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: str):
     for f in sorted(model_dir.glob("*.safetensors")):
         state.update(load_file(str(f)))
     model.load_hf_state_dict(state)
+    if quantization == "int8":
+        if device != "cpu":
+            raise ValueError("quantization: int8 runs on CPU only (fbgemm kernels); use dtype bfloat16 on CUDA")
+        model.quantize_int8()
     model.to(device=device, dtype=dtype).eval()
     return model, hf_config

@@ -106,8 +106,20 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.tied else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        if self.tied:
+            return F.linear(hidden, self.embed_tokens.weight).float()
+        return self.lm_head(hidden).float()
+
+    def quantize_int8(self) -> int:
+        """int8 weights for every linear layer and the output head (a tied head gets its own int8
+        copy; the embedding lookup stays in float). Returns the number of layers converted."""
+        from inference.layers.quant import quantize_linears
+
+        if self.tied:
+            self.lm_head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
+            self.lm_head.weight = self.embed_tokens.weight
+            self.tied = False
+        return quantize_linears(self)
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Map HF names onto our fused layout; refuse silently-missing weights."""

