@@ -93,3 +93,16 @@ def test_engine_compression_runs_on_the_pipeline_engine(pipeline):
     assert "compress" in answer.timings_ms
     assert any("55" in p.text for p in answer.passages)  # numbers are kept
     assert "55" in answer.text
+
+
+def test_both_generators_satisfy_the_generator_protocols(pipeline):
+    """The compressor, the LLM reranker and the pipeline are typed against these Protocols; a
+    method renamed or dropped on either implementation breaks them here, not at run time."""
+    from inference import LLM
+    from inference.protocols import ChatScorer, StreamingGenerator, TokenScorer
+
+    assert isinstance(pipeline.generator, StreamingGenerator)
+    offline = LLM.__new__(LLM)  # structure only: no second model is loaded
+    offline.tokenizer = pipeline.generator.tokenizer
+    assert isinstance(offline, ChatScorer) and isinstance(offline, TokenScorer)
+    assert not isinstance(offline, StreamingGenerator)  # no async stream: the pipeline needs the bridge
