@@ -149,7 +149,8 @@ def install(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Raised by the framework itself: unknown route (404), wrong method (405).
         type_ = "not_found" if exc.status_code == 404 else "invalid_request_error"
-        field = "path" if exc.status_code == 404 else ("method" if exc.status_code == 405 else None)
+        # 400 comes from the framework's body parsers (e.g. malformed multipart data).
+        field = {400: "body", 404: "path", 405: "method"}.get(exc.status_code)
         return JSONResponse(error_body(str(exc.detail), field, type_), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 

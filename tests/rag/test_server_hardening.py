@@ -72,6 +72,8 @@ def test_bad_filters_and_unknown_collection(server):
 def test_framework_errors_share_the_shape(server):
     base, _ = server
     assert_error(httpx.get(base + "/v1/nothing-here"), 404, "path")
+    assert_error(httpx.post(base + "/v1/documents", content=b"garbage",
+                            headers={"content-type": "multipart/form-data; boundary=xx"}), 400, "body")
     assert_error(httpx.get(base + "/v1/search"), 405, "method")
     assert_error(httpx.get(base + f"/v1/jobs/{uuid.uuid4().hex}"), 404, "job_id")
     assert_error(httpx.get(base + "/v1/documents", params={"limit": "many"}), 422, "limit")
