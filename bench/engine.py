@@ -239,7 +239,8 @@ def main() -> None:
     for r in rows:
         print(f"{r[0]:32} {r[1]:>12} {r[2]:>12} {r[3]:>8}")
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+        clean = {k: None if isinstance(v, float) and v != v else v for k, v in res.items()}  # NaN: peer skipped
+        Path(args.json).write_text(json.dumps(clean, indent=2))
 
 
 def _gguf_quant(model: str) -> str:
