@@ -189,6 +189,10 @@ def main() -> None:
     (export it as RAG_PG_DSN for `configs/postgres.yaml`). A DATA_DIR keeps the data between runs."""
     import sys
 
+    def _stop(*_: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM (and SIGINT, which background jobs of a script ignore) stop cleanly
+
+    signal.signal(signal.SIGTERM, _stop)
     pg = LocalPostgres(sys.argv[1] if len(sys.argv) > 1 else None).start()
     print(pg.dsn, flush=True)
     try:
