@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..types import Document
-from .base import LoaderError, LoadResult, path_doc_id, read_text, to_iso
+from .base import LoaderError, LoadResult, decode_failure, path_doc_id, read_text, to_iso
 
 
 def record_document(rec: Any, where: str, source: str, fallback_id: str, cfg: LoaderConfig
@@ -70,7 +70,7 @@ def load_jsonl(path: Path, cfg: LoaderConfig) -> LoadResult:
                     continue
                 yield record_document(rec, where, source, f"{base}:{lineno}", cfg)
         except UnicodeDecodeError as e:
-            raise LoaderError(f"{path}:{lineno + 1}", f"cannot decode as {cfg.encoding}", source) from e
+            raise LoaderError(f"{path}:{lineno + 1}", decode_failure(cfg.encoding, e), source) from e
 
 
 def _records(data: Any) -> Iterator[Any]:

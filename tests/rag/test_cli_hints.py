@@ -57,3 +57,15 @@ def test_undecodable_file_names_the_encoding_setting(tmp_path):
         cfg = IndexingConfig.model_validate({"loader": {"encoding": "cp1252"}})
         report = Ingestor(store, cfg).ingest([f], progress=False)
         assert not report.failed and report.new == 1
+
+
+def test_undecodable_jsonl_names_the_encoding_setting(tmp_path):
+    """JSONL records go through their own streaming reader: it must give the same hint."""
+    f = tmp_path / "legacy.jsonl"
+    f.write_bytes(('{"_id": "a", "text": "caf\u00e9 \u201cquoted\u201d"}\n').encode("cp1252"))
+    with DocumentStore(tmp_path / "s.sqlite") as store:
+        report = Ingestor(store, IndexingConfig()).ingest([f], progress=False)
+        assert len(report.failed) == 1 and "indexing.loader.encoding" in report.failed[0].reason
+        cfg = IndexingConfig.model_validate({"loader": {"encoding": "cp1252"}})
+        report = Ingestor(store, cfg).ingest([f], progress=False)
+        assert not report.failed and report.new == 1
