@@ -22,7 +22,6 @@ from .collection_index import IndexMismatchError, retrievers_for
 from .filters import Filters
 from .pg_index import PgIndex
 from .retriever import Retriever
-from .small_to_big import expand_to_parents, sentence_window
 from .types import Candidate
 
 
@@ -93,33 +92,7 @@ class PgRetriever(Retriever):
                 t = time.perf_counter()
                 rankings["dense" + suffix] = pi.dense(qvecs[qi], depth["dense"], filters, must)
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
-        # From here on the same steps as the in-process backend: fuse, fetch, attach per-retriever ranks.
-        t = time.perf_counter()
-        fused = self._fuse(rankings, self.cfg.fusion) if fuse else next(iter(rankings.values()))
-        top = fused[:k_hits]
-        timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
-        t = time.perf_counter()
-        chunks = {c.int_id: c for c in self.store.get_chunks_by_int([i for i, _ in top], name)}
-        best: dict[str, dict[int, tuple[int, float]]] = {}
-        for rname, ranking in rankings.items():
-            b = best.setdefault(rname.split("@")[0], {})
-            for rank, (j, s) in enumerate(ranking, start=1):
-                if j not in b or rank < b[j][0]:
-                    b[j] = (rank, s)
-        cands = []
-        for i, score in top:
-            if i in chunks:
-                cand = Candidate(chunk=chunks[i], score=float(score))
-                for base, b in best.items():
-                    if i in b:
-                        cand.ranks[base], cand.scores[base] = b[i][0], float(b[i][1])
-                cands.append(cand)
-        if s2b.enabled and s2b.expand_to_parent:
-            cands = expand_to_parents(cands, self.store, name)[:k]  # type: ignore[arg-type]
-        if s2b.sentence_window:
-            cands = sentence_window(cands, self.store, name, s2b.sentence_window)  # type: ignore[arg-type]
-        timings["fetch"] = timings.get("fetch", 0.0) + _ms(t)
-        return cands
+        return self._candidates(name, rankings, self.cfg.fusion, fuse, k, k_hits, timings)
 
 
 def _ms(t0: float) -> float:

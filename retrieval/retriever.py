@@ -263,8 +263,15 @@ class Retriever:
                 ids, scores = ci.dense.search(qvecs[qi : qi + 1], depth["dense"], allowed)[0]
                 rankings["dense" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
+        return self._candidates(name, rankings, ci.cfg.fusion, fuse, k, k_hits, timings)
+
+    def _candidates(self, name: str, rankings: dict[str, list[tuple[int, float]]], fusion: FusionConfig,
+                    fuse: bool, k: int, k_hits: int, timings: dict[str, float]) -> list[Candidate]:
+        """Fuse per-retriever rankings, fetch the chunks, attach each retriever's rank and score and
+        expand small-to-big: the steps every storage backend shares once it has its rankings."""
+        s2b = self.cfg.small_to_big
         t = time.perf_counter()
-        fused = self._fuse(rankings, ci.cfg.fusion) if fuse else next(iter(rankings.values()))
+        fused = self._fuse(rankings, fusion) if fuse else next(iter(rankings.values()))
         top = fused[:k_hits]
         timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
         t = time.perf_counter()
