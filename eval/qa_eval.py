@@ -31,6 +31,8 @@ from eval.cache import QueryCache
 from eval.cost import TOTAL, aggregate_costs
 from eval.datasets import QAItem
 from eval.retrieval_eval import EvalResult
+from rag.answer import Citation
+from retrieval.types import Candidate
 
 COST_KEYS = ("tokens_in", "tokens_out", "context_tokens_before", "context_tokens_after", "prefix_cached_tokens")
 
@@ -61,11 +63,10 @@ def _cited(c: Any, passages: Mapping[Any, str]) -> Cited:
         return c
     if isinstance(c, Mapping):
         return Cited(str(c.get("doc_id", "")), str(c.get("text", "")))
-    if hasattr(c, "chunk"):
-        return Cited(str(c.chunk.doc_id), str(getattr(c.chunk, "text", "")))
-    if hasattr(c, "doc_id"):
-        text = getattr(c, "text", None) or passages.get(getattr(c, "marker", None)) \
-            or passages.get(getattr(c, "chunk_id", None)) or ""
+    if isinstance(c, Candidate):
+        return Cited(str(c.chunk.doc_id), c.chunk.text)
+    if isinstance(c, Citation):
+        text = passages.get(c.marker) or passages.get(c.chunk_id) or ""
         return Cited(str(c.doc_id), str(text))
     return Cited(str(c[0]), str(c[1]) if len(c) > 1 else "")
 

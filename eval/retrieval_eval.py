@@ -31,6 +31,7 @@ from eval.metrics import (
     metric_keys,
     query_metrics,
 )
+from retrieval.types import Candidate, SearchResult
 
 SearchFn = Callable[[str], Any]
 DEFAULT_KS = (1, 3, 5, 10, 100)
@@ -55,16 +56,16 @@ def normalise_output(out: Any, to_doc_id: Callable[[str], str] | None = None,
                      doc_score: str = "max") -> SearchOutput:
     """Turn any supported search-function return value into a document ranking + timings."""
     timings: Mapping[str, float] = {}
-    if hasattr(out, "candidates"):
-        hits, timings = out.candidates, getattr(out, "timings_ms", None) or {}
+    if isinstance(out, SearchResult):
+        hits, timings = out.candidates, out.timings_ms or {}
     elif isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
         hits, timings = out
     else:
         hits = out
     pairs: list[tuple[str, float]] = []
     for h in hits:
-        if hasattr(h, "chunk"):
-            doc_id, score = h.chunk.doc_id, getattr(h, "score", 0.0)
+        if isinstance(h, Candidate):
+            doc_id, score = h.chunk.doc_id, h.score
         elif isinstance(h, str):
             doc_id, score = h, 0.0
         else:
