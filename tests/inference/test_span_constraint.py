@@ -20,20 +20,14 @@ PASSAGES = [
 REFUSAL = "I don't know based on the provided documents."
 
 
-def _tokenizer(name: str):
-    from inference.model_loader import load_tokenizer, resolve_model_dir
-
-    if name == "qwen":
-        try:
-            return load_tokenizer(resolve_model_dir("qwen2.5-0.5b"))
-        except (FileNotFoundError, KeyError, ValueError) as e:
-            pytest.skip(f"qwen2.5-0.5b is not installed (rag models install qwen2.5-0.5b): {e}")
-    return load_tokenizer(resolve_model_dir("smollm2"))
-
-
 @pytest.fixture(scope="module", params=["smollm2", "qwen"])
 def tok(request):
-    return _tokenizer(request.param)
+    """Both tokenizer families: SmolLM2's and Qwen's byte-level BPE (the packaged Qwen is
+    assembled by the shared `qwen_name` fixture, which skips only when its packages are absent)."""
+    from inference.model_loader import load_tokenizer, resolve_model_dir
+
+    name = request.getfixturevalue("qwen_name") if request.param == "qwen" else "smollm2"
+    return load_tokenizer(resolve_model_dir(name))
 
 
 def _eos(tok) -> int:
