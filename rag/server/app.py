@@ -9,10 +9,12 @@ import threading
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from indexing.pg_store import PgDocumentStore
+
 from ..config import RagConfig
 from . import errors, middleware, routes_ask, routes_docs, routes_openai, routes_ops
 from .config import ServerConfig
-from .job_store import SqliteJobStore
+from .job_store import JobStore, PgJobStore, SqliteJobStore
 from .jobs import JobRunner
 from .state import Admission, Progress, ServerState
 
@@ -39,10 +41,13 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True,
                 pipe.retriever.sync(c, on_progress=state.progress.update)
             state.progress.start("loading the language model")
             pipe.generator  # noqa: B018 - loads the engine now, not on the first request
-            # Jobs live in the store's SQLite file; a Postgres store keeps them in jobs.sqlite beside the caches.
-            jobs_db = getattr(pipe.store, "path", None) or cfg.storage_path / "jobs.sqlite"
+            # Jobs live in the store's own database: its SQLite file, or the Postgres database.
             cfg.storage_path.mkdir(parents=True, exist_ok=True)
-            state.jobs = JobRunner(pipe, pipe.lock, SqliteJobStore(jobs_db), cfg.storage_path / "uploads")
+            if isinstance(pipe.store, PgDocumentStore):
+                job_store: JobStore = PgJobStore(pipe.store.dsn, pipe.store.statement_timeout_ms)
+            else:
+                job_store = SqliteJobStore(pipe.store.path)
+            state.jobs = JobRunner(pipe, pipe.lock, job_store, cfg.storage_path / "uploads")
             state.progress.finish()
             eng = pipe.generator.engine
             state.registry.gauge_source("rag_engine", "engine state", eng.stats)

@@ -1,4 +1,4 @@
-"""Where ingest jobs live: a `jobs` table in the document store's SQLite file.
+"""Where ingest jobs live: a `jobs` table in the document store's own database (SQLite or Postgres).
 
 Why the store's database: a job and the documents it writes then share one file, one backup and
 one lifetime; a job never outlives (or predates) the store it feeds. The runner only talks to the
@@ -54,6 +54,21 @@ _COLS = ("id", "kind", "collection", "status", "created", "started", "finished",
 _JSON = ("report", "doc_ids", "metadata")
 
 
+def _to_row(job: Job) -> tuple[Any, ...]:
+    """A job as one row of `_COLS` (JSON columns as text): both backends store the same row."""
+    d = asdict(job)
+    return tuple(json.dumps(d[c], ensure_ascii=False) if c in _JSON else d[c] for c in _COLS)
+
+
+def _from_row(row: tuple[Any, ...]) -> Job:
+    d = dict(zip(_COLS, row))
+    for c in _JSON:
+        d[c] = json.loads(d[c]) if d[c] is not None else None
+    d["doc_ids"] = d["doc_ids"] or []
+    d["metadata"] = d["metadata"] or {}
+    return Job(**d)
+
+
 class SqliteJobStore:
     """Jobs in the store's SQLite file (WAL, so the store's readers never wait on a job update)."""
 
@@ -68,39 +83,69 @@ class SqliteJobStore:
                 " doc_ids TEXT, filename TEXT, attempts INTEGER NOT NULL DEFAULT 0, path TEXT, metadata TEXT)")
             self._db.execute("CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created)")
 
-    def _row(self, job: Job) -> tuple[Any, ...]:
-        d = asdict(job)
-        return tuple(json.dumps(d[c], ensure_ascii=False) if c in _JSON else d[c] for c in _COLS)
-
-    @staticmethod
-    def _job(row: tuple[Any, ...]) -> Job:
-        d = dict(zip(_COLS, row))
-        for c in _JSON:
-            d[c] = json.loads(d[c]) if d[c] is not None else None
-        d["doc_ids"] = d["doc_ids"] or []
-        d["metadata"] = d["metadata"] or {}
-        return Job(**d)
-
     def add(self, job: Job) -> None:
         with self._lock:
             self._db.execute(f"INSERT INTO jobs ({','.join(_COLS)}) VALUES ({','.join('?' * len(_COLS))})",
-                             self._row(job))
+                             _to_row(job))
 
     def save(self, job: Job) -> None:
         with self._lock:
             self._db.execute(f"UPDATE jobs SET {','.join(c + '=?' for c in _COLS[1:])} WHERE id=?",
-                             (*self._row(job)[1:], job.id))
+                             (*_to_row(job)[1:], job.id))
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
             row = self._db.execute(f"SELECT {','.join(_COLS)} FROM jobs WHERE id=?", (job_id,)).fetchone()
-        return self._job(row) if row else None
+        return _from_row(row) if row else None
 
     def unfinished(self) -> list[Job]:
         with self._lock:
             rows = self._db.execute(f"SELECT {','.join(_COLS)} FROM jobs WHERE status IN (?, ?) ORDER BY created",
                                     UNFINISHED).fetchall()
-        return [self._job(r) for r in rows]
+        return [_from_row(r) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class PgJobStore:
+    """Jobs in the Postgres database that holds the documents (same table and semantics as the
+    SQLite one), so a restarted server, or any replica sharing the database, sees them."""
+
+    def __init__(self, dsn: str, statement_timeout_ms: int = 30000):
+        from indexing.pg_store import connect
+
+        self._db = connect(dsn, statement_timeout_ms=statement_timeout_ms)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, collection TEXT NOT NULL,"
+                " status TEXT NOT NULL, created DOUBLE PRECISION, started DOUBLE PRECISION,"
+                " finished DOUBLE PRECISION, report TEXT, error TEXT, doc_ids TEXT, filename TEXT,"
+                " attempts INTEGER NOT NULL DEFAULT 0, path TEXT, metadata TEXT)")
+            self._db.execute("CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, created)")
+
+    def add(self, job: Job) -> None:
+        with self._lock:
+            self._db.execute(f"INSERT INTO jobs ({','.join(_COLS)}) VALUES ({','.join(['%s'] * len(_COLS))})",
+                             _to_row(job))
+
+    def save(self, job: Job) -> None:
+        with self._lock:
+            self._db.execute(f"UPDATE jobs SET {','.join(c + '=%s' for c in _COLS[1:])} WHERE id=%s",
+                             (*_to_row(job)[1:], job.id))
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {','.join(_COLS)} FROM jobs WHERE id=%s", (job_id,)).fetchone()
+        return _from_row(row) if row else None
+
+    def unfinished(self) -> list[Job]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {','.join(_COLS)} FROM jobs WHERE status IN (%s, %s) ORDER BY created",
+                                    UNFINISHED).fetchall()
+        return [_from_row(r) for r in rows]
 
     def close(self) -> None:
         with self._lock:

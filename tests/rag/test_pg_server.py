@@ -60,6 +60,8 @@ def own_postgres():
 
 
 def test_connection_dropped_mid_service_is_503_then_recovers(own_postgres, pipeline, corpus_dir):
+    import psycopg
+
     from indexing.pg_store import PgDocumentStore
     from rag.app import build_ingestor
     from rag.pipeline import Pipeline
@@ -80,6 +82,8 @@ def test_connection_dropped_mid_service_is_503_then_recovers(own_postgres, pipel
         assert r.status_code == 200, r.text
         assert "/products/xr" in r.json()["results"][0]["metadata"]["source"]
         assert httpx.get(base + "/ready", timeout=10).json()["documents"] == 6
+        with psycopg.connect(own_postgres.dsn) as db:  # durable jobs live in the same database
+            assert db.execute("SELECT to_regclass('jobs') IS NOT NULL").fetchone()[0] is True
         own_postgres.kill()
         t0 = time.monotonic()
         r = httpx.post(base + "/v1/search", json=body, timeout=60)
