@@ -118,7 +118,10 @@ class PgJobStore:
 
         self._db = connect(dsn, statement_timeout_ms=statement_timeout_ms)
         self._lock = threading.Lock()
-        with self._lock:
+        # Replicas start together: concurrent CREATE ... IF NOT EXISTS can still collide in the
+        # catalogue, so the schema is created under a transaction-scoped advisory lock.
+        with self._lock, self._db.transaction():
+            self._db.execute("SELECT pg_advisory_xact_lock(hashtext('ragstack.jobs.schema'))")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, collection TEXT NOT NULL,"
                 " status TEXT NOT NULL, created DOUBLE PRECISION, started DOUBLE PRECISION,"
