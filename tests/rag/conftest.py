@@ -62,31 +62,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_in_thread(app, wait_ready: bool = True, log_level: str = "warning"):
+    """Run `app` under uvicorn on a free loopback port in a daemon thread; returns (base, server,
+    thread). Waits for `/ready` to answer 200, or (wait_ready=False) for any answer on `/health`."""
+    import httpx
+    import uvicorn
+
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + ("/ready" if wait_ready else "/health"), timeout=2).status_code == 200 \
+                    or not wait_ready:
+                return base, srv, th
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail("server did not become ready")
+
+
 @pytest.fixture(scope="session")
 def server(pipeline):
     """uvicorn on 127.0.0.1 in a thread, serving the session pipeline; yields (base URL, app)."""
-    import httpx
-    import uvicorn
 
     from rag.server.app import create_app
 
     cfg = pipeline.cfg.model_copy(deep=True)
     cfg.server.max_body_bytes = 64 * 1024
     app = create_app(cfg, pipeline=pipeline, load_in_background=False)
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    else:
-        pytest.fail("server did not become ready")
+    base, srv, th = serve_in_thread(app)
     yield base, app
     srv.should_exit = True
     th.join(timeout=20)

@@ -8,7 +8,6 @@ few tokens, so it stays well under a minute. The >= 2,000-request run is `bench/
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter
 
@@ -28,14 +27,13 @@ RANDOM = os.environ.get("FUZZ_RANDOM") == "1"  # the long run explores instead o
 def fuzz_server(pipeline, tmp_path_factory, corpus_dir):
     """Its own store (fuzzed uploads and deletes must not touch the session corpus), the session's
     engine and embedder (no second model load), generation capped at 4 tokens."""
-    import uvicorn
 
     from rag.app import build_ingestor
     from rag.config import load_config
     from rag.pipeline import Pipeline
     from rag.server.app import create_app
     from retrieval.retriever import Retriever
-    from tests.rag.conftest import _free_port
+    from tests.rag.conftest import serve_in_thread
 
     storage = tmp_path_factory.mktemp("fuzz")
     cfg = load_config(None, [f"storage.path={storage}", "generator.sampling.max_tokens=4",
@@ -47,18 +45,8 @@ def fuzz_server(pipeline, tmp_path_factory, corpus_dir):
     retriever = Retriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes",
                                       embedder=pipeline.retriever.embedder())
     pipe = Pipeline(cfg, store=store, generator=pipeline.generator, retriever=retriever)
-    app = create_app(cfg, pipeline=pipe, load_in_background=False)
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    base, srv, th = serve_in_thread(create_app(cfg, pipeline=pipe, load_in_background=False),
+                                    log_level="critical")
     yield base
     srv.should_exit = True
     th.join(timeout=30)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import httpx
 
 from rag.server.job_store import Job, SqliteJobStore
 from rag.server.jobs import JobRunner
+from tests.rag.conftest import _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,12 +64,6 @@ def test_restart_resumes_or_fails_every_unfinished_job(pipeline, tmp_path):
     assert sorted(uploads.iterdir()) == []  # every upload gone: finished, failed or orphaned
     assert pipeline.store.count_documents("jobsdur") == 2
     store.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _serve(storage: Path, port: int, log: Path) -> subprocess.Popen:

@@ -4,30 +4,13 @@ requests into 503 (not a hang, not a 500) and they succeed again once it is back
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 import pytest
 
 from indexing.pg_local import LocalPostgres, PostgresUnavailable, free_port
-
-
-def _serve(app):
-    import uvicorn
-
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(base + "/health", timeout=2)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    return base, srv, th
+from tests.rag.conftest import serve_in_thread
 
 
 def test_database_down_at_startup_names_masked_dsn(tmp_path):
@@ -37,7 +20,7 @@ def test_database_down_at_startup_names_masked_dsn(tmp_path):
     port = free_port()  # nothing listens there
     dsn = f"postgresql://rag:s3cret-pw@127.0.0.1:{port}/ragdb"
     cfg = load_config(None, [f"storage.path={tmp_path}", "storage.backend=postgres", f"storage.dsn={dsn}"])
-    base, srv, th = _serve(create_app(cfg, load_in_background=False))
+    base, srv, th = serve_in_thread(create_app(cfg, load_in_background=False), wait_ready=False)
     try:
         r = httpx.get(base + "/ready", timeout=10)
         assert r.status_code == 503
@@ -75,7 +58,7 @@ def test_connection_dropped_mid_service_is_503_then_recovers(own_postgres, pipel
     retriever = PgRetriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes",
                                         embedder=pipeline.retriever.embedder())
     pipe = Pipeline(cfg, store=store, generator=pipeline.generator, retriever=retriever)
-    base, srv, th = _serve(create_app(cfg, pipeline=pipe, load_in_background=False))
+    base, srv, th = serve_in_thread(create_app(cfg, pipeline=pipe, load_in_background=False), wait_ready=False)
     body = {"query": "drone flight time", "top_k": 3}
     try:
         r = httpx.post(base + "/v1/search", json=body, timeout=60)
