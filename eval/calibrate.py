@@ -6,12 +6,20 @@ where to put it depends on the model. Picking it on the reported sample would ov
 we publish, so the calibration split excludes that sample's questions by construction. A second
 signal, the log-probability of the least likely span token (`min_logprob`), catches spans the
 model had to guess; the pair of thresholds is chosen together.
+
+With the answerability checks on (`answer.verify`), `fit_refusal_model` instead fits a logistic
+model of "unanswerable" on every signal and picks the threshold on its score the same way: best
+SQuAD v2 F1 with false refusals under the cap. The fit is a few Newton steps with an L2 penalty
+on standardised features; with ~100-200 calibration questions and five features that is all the
+model the data can carry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from eval.datasets import QAItem, sample_ids
 
@@ -24,6 +32,7 @@ class Point:
     impossible: bool
     f1: float
     min_logprob: float = 0.0
+    signals: dict[str, float] = field(default_factory=dict)  # every refusal signal of the answer
 
 
 def calibration_items(items: Sequence[QAItem], n: int, seed: int, exclude_limit: int,
@@ -40,19 +49,7 @@ def calibration_items(items: Sequence[QAItem], n: int, seed: int, exclude_limit:
 def score_threshold(points: Sequence[Point], tau: float, low: float = float("-inf")) -> dict[str, float]:
     """SQuAD v2 F1, refusal accuracy and false refusals when refusing every margin above `tau`
     and every span whose least likely token is below `low`."""
-    f1, ref_ok, n_imp, false_ref, n_ans = 0.0, 0, 0, 0, 0
-    for p in points:
-        refused = p.margin > tau or p.min_logprob < low
-        if p.impossible:
-            n_imp += 1
-            ref_ok += refused
-            f1 += float(refused)
-        else:
-            n_ans += 1
-            false_ref += refused
-            f1 += 0.0 if refused else p.f1
-    n = max(1, len(points))
-    return {"f1": f1 / n, "refusal_acc": ref_ok / max(1, n_imp), "false_refusal": false_ref / max(1, n_ans)}
+    return _score_refusals(points, [p.margin > tau or p.min_logprob < low for p in points])
 
 
 def _cands(values: list[float]) -> list[float]:
@@ -81,3 +78,60 @@ def pick_margin(points: Sequence[Point], max_false_refusal: float = 0.15,
     assert best is not None  # the top candidate refuses nothing, so it always qualifies
     best["n"] = float(len(points))
     return best
+
+
+REFUSAL_FEATURES = ("margin", "min_logprob", "span_logprob", "check_passage", "check_answer")
+
+
+def _logistic(z: np.ndarray, y: np.ndarray, l2: float, steps: int = 50) -> tuple[np.ndarray, float]:
+    """Weights and bias of an L2-penalised logistic regression (Newton's method, bias unpenalised)."""
+    a = np.hstack([z, np.ones((len(z), 1))])
+    w = np.zeros(a.shape[1])
+    pen = np.full(a.shape[1], l2)
+    pen[-1] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ w, -50, 50)))
+        grad = a.T @ (p - y) + pen * w
+        hess = (a.T * (p * (1 - p))) @ a + np.diag(pen) + 1e-9 * np.eye(len(w))
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w[:-1], float(w[-1])
+
+
+def fit_refusal_model(points: Sequence[Point], max_false_refusal: float = 0.15,
+                      features: Sequence[str] = REFUSAL_FEATURES, l2: float = 1.0) -> dict:
+    """A `RefusalModel` dict over the features every point has, plus its calibration scores.
+
+    The threshold is the score cut with the best F1 whose false-refusal rate stays within the cap
+    (ties keep the higher cut: fewer refusals)."""
+    if not points:
+        raise ValueError("no calibration points")
+    feats = [f for f in features if all(f in p.signals for p in points)]
+    if not feats:
+        raise ValueError("the calibration points carry none of the refusal signals " + ", ".join(features))
+    x = np.array([[p.signals[f] for f in feats] for p in points], dtype=np.float64)
+    y = np.array([p.impossible for p in points], dtype=np.float64)
+    mean, std = x.mean(0), x.std(0)
+    std[std == 0] = 1.0
+    coef, bias = _logistic((x - mean) / std, y, l2)
+    score = ((x - mean) / std) @ coef + bias
+    best: dict | None = None
+    for t in reversed(_cands(list(score))):
+        s = _score_refusals(points, score >= t)
+        if s["false_refusal"] <= max_false_refusal and (best is None or s["f1"] > best["f1"] + 1e-12):
+            best = {"threshold": float(t), **s}
+    assert best is not None  # the top cut refuses nothing, so it always qualifies
+    model = {"features": feats, "mean": mean.tolist(), "std": std.tolist(), "coef": coef.tolist(),
+             "bias": bias, "threshold": best.pop("threshold")}
+    return {"refusal_model": model, **best, "n": float(len(points))}
+
+
+def _score_refusals(points: Sequence[Point], refused: Sequence[bool]) -> dict[str, float]:
+    """SQuAD v2 F1, refusal accuracy and false refusals of a given refusal decision per point."""
+    f1 = sum(float(r) if p.impossible else (0.0 if r else p.f1) for p, r in zip(points, refused))
+    imp = [r for p, r in zip(points, refused) if p.impossible]
+    ans = [r for p, r in zip(points, refused) if not p.impossible]
+    return {"f1": f1 / max(1, len(points)), "refusal_acc": sum(imp) / max(1, len(imp)),
+            "false_refusal": sum(ans) / max(1, len(ans))}

@@ -1,15 +1,63 @@
-"""Refusal thresholds chosen by `rag eval calibrate`, stored per model under the storage path.
+"""Refusal calibration chosen by `rag eval calibrate`, stored per model.
 
-Why a file and not a config default: the right margin depends on the generator (a 135M and a
+Why a file and not a config default: the right decision depends on the generator (a 135M and a
 0.5B model are confident in different ways), and it must be chosen on questions the reported eval
-does not score. The pipeline reads the entry of its own model; `answer.refuse_margin` overrides it.
+does not score. Two kinds of entry exist: thresholds on the span signals (`refuse_margin`,
+`refuse_min_logprob`) and a `refusal_model`, a logistic model over all the refusal signals of a
+grounded short answer (span margin and log-probabilities plus the answerability checks of
+`rag/answerability.py`) with the decision threshold chosen under a false-refusal cap.
+
+Lookup order: `answer.*` thresholds in the config, then the local file `rag eval calibrate` wrote
+(`<storage.path>/calibration.json`), then the entries shipped with the package for the catalogue
+models (`rag/calibration_defaults.json`, fitted the same way on SQuAD v2 dev questions outside the
+reported sample), so `rag models install qwen2.5-0.5b` refuses sensibly without a calibration run.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+SHIPPED = Path(__file__).with_name("calibration_defaults.json")
+
+
+@dataclass
+class RefusalModel:
+    """P(unanswerable) = sigmoid(bias + sum coef_i * (x_i - mean_i) / std_i); refuse at >= threshold
+    (the threshold is on the linear score, so it is exact, not rounded through the sigmoid)."""
+
+    features: list[str]
+    mean: list[float]
+    std: list[float]
+    coef: list[float]
+    bias: float
+    threshold: float
+
+    def score(self, signals: dict[str, float]) -> float | None:
+        """The linear score, or None when a feature is missing (e.g. the checks were off)."""
+        if any(f not in signals for f in self.features):
+            return None
+        z = sum(c * (signals[f] - m) / (s or 1.0)
+                for f, m, s, c in zip(self.features, self.mean, self.std, self.coef))
+        return self.bias + z
+
+    def refuses(self, signals: dict[str, float]) -> bool | None:
+        s = self.score(signals)
+        return None if s is None else s >= self.threshold
+
+    def probability(self, signals: dict[str, float]) -> float | None:
+        s = self.score(signals)
+        return None if s is None else 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, s))))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RefusalModel:
+        return cls(**{k: d[k] for k in ("features", "mean", "std", "coef", "bias", "threshold")})
 
 
 def calibration_path(storage: Path, name: str) -> Path:
@@ -17,21 +65,29 @@ def calibration_path(storage: Path, name: str) -> Path:
     return p if p.is_absolute() else storage / p
 
 
-def load_thresholds(path: Path, model: str) -> dict[str, Any]:
-    """The stored entry for `model` ({} when the file or the entry is missing)."""
+def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return dict(data.get(model, {}))
+
+
+def load_thresholds(path: Path, model: str, shipped: bool = True) -> dict[str, Any]:
+    """The entry for `model` in the local file, else the shipped one ({} when neither has it)."""
+    entry = _read(path).get(model)
+    if entry is None and shipped:
+        entry = _read(SHIPPED).get(model)
+    return dict(entry or {})
+
+
+def load_refusal_model(path: Path, model: str, shipped: bool = True) -> RefusalModel | None:
+    entry = load_thresholds(path, model, shipped)
+    return RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None
 
 
 def save_thresholds(path: Path, model: str, entry: dict[str, Any]) -> None:
     """Merge one model's entry into the file (written to a temp name, then renamed)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = {}
+    data = _read(path)
     data[model] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -47,6 +47,9 @@ class AnswerConfig(BaseModel):
     refuse_min_logprob: float | None = Field(None, description=(
         "grounded short mode: refuse when the least likely token of the span has a lower log-probability; "
         "null: the calibrated value, else never"))
+    verify: bool = Field(True, description=(
+        "grounded short mode: ask the model whether the passage holding the span answers the question "
+        "(two one-token prompts); the calibrated refusal weighs these checks with the span signals"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-ba
     from rerank.compress.base import Compressor
     from retrieval.retriever import FilterSpec, Retriever
 
+    from .calibration import RefusalModel
+
 
 class Pipeline:
     def __init__(self, cfg: RagConfig, store: DocumentStore | None = None,
@@ -45,6 +47,7 @@ class Pipeline:
         self._planner: QueryPlanner | None = None
         self._reranker: Reranker | None = None
         self._compressor: Compressor | None = None
+        self._refusal: tuple[RefusalModel | None] | None = None  # loaded once: (model or None,)
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
 
@@ -248,12 +251,27 @@ class Pipeline:
         if (tail := markers.flush()) and not short:
             yield tail
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
-        final = self.finish(answer, last, markers, t0, span)
+        checks = await self._checks(answer, markers.text, span) if span is not None else {}
+        final = self.finish(answer, last, markers, t0, span, checks)
         if looped:
             final.finish_reason = "repetition"
         if short:
             yield final.text
         yield final
+
+    async def _checks(self, answer: Answer, text: str, span: GroundedSpanProcessor) -> dict[str, float]:
+        """The answerability checks of a grounded span (`rag/answerability.py`), on the first passage
+        that contains it; {} when they are off or the decoder already took the refusal path."""
+        if not self.cfg.answer.verify or span.refused or not span.steps or not text.strip():
+            return {}
+        from .answerability import check_signals
+
+        t1 = time.perf_counter()
+        body = [prompt_mod.passage_body(self.cfg.prompt, p) for p in answer.passages]
+        src = span_sources(text.strip(), body)
+        out = await check_signals(self.generator, answer.question, body[src[0] if src else 0], text.strip())
+        answer.timings_ms["check"] = _ms(t1)
+        return out
 
     def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams) -> GroundedSpanProcessor:
         texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
@@ -276,12 +294,26 @@ class Pipeline:
                                 self.cfg.generator.engine.model)
         return entry.get(key)
 
+    def _refusal_model(self) -> RefusalModel | None:
+        """The calibrated refusal model of this generator, unless the config sets thresholds itself
+        or the answerability checks it needs are off."""
+        ac = self.cfg.answer
+        if not ac.verify or ac.refuse_margin is not None or ac.refuse_min_logprob is not None:
+            return None
+        if self._refusal is None:
+            from .calibration import calibration_path, load_refusal_model
+
+            self._refusal = (load_refusal_model(calibration_path(self.cfg.storage_path, ac.calibration),
+                                                self.cfg.generator.engine.model),)
+        return self._refusal[0]
+
     @property
     def refuse_margin(self) -> float | None:
-        return self._threshold("refuse_margin")
+        # With a refusal model the span path is always taken; the model weighs the margin itself.
+        return float("inf") if self._refusal_model() is not None else self._threshold("refuse_margin")
 
     def finish(self, answer: Answer, out: RequestOutput | None, markers: MarkerFilter, t0: float,
-               span: GroundedSpanProcessor | None = None) -> Answer:
+               span: GroundedSpanProcessor | None = None, checks: dict[str, float] | None = None) -> Answer:
         """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
 
         Long mode: `text` is exactly what was streamed; when the model cited nothing, citations
@@ -292,9 +324,19 @@ class Pipeline:
         text = markers.text
         refusal = self.cfg.prompt.refusal
         refused = refusal.lower().rstrip(".") in text.lower() or (span is not None and span.refused)
-        low = self._threshold("refuse_min_logprob") if span is not None else None
-        if low is not None and span.steps and span.min_logprob < low:
-            refused = True  # a span the model had to guess a token of: not supported well enough
+        signals: dict[str, float] = {}
+        if span is not None:
+            signals = {"margin": span.margin if span.margin is not None else 0.0,
+                       "span_logprob": span.span_logprob, "min_logprob": span.min_logprob,
+                       "span_tokens": float(span.steps), **(checks or {})}
+        if span is not None and not refused and span.steps:
+            model = self._refusal_model()
+            decided = model.refuses(signals) if model is not None else None
+            if decided is not None:
+                refused = decided
+                signals["p_unanswerable"] = model.probability(signals)  # type: ignore[union-attr]
+            elif (low := self._threshold("refuse_min_logprob")) is not None and span.min_logprob < low:
+                refused = True  # a span the model had to guess a token of: not supported well enough
         if answer.mode == "short":
             cites = [] if refused else self._span_citations(text, answer.passages)
             if refused:
@@ -310,10 +352,8 @@ class Pipeline:
                 cites = []
         answer.text, answer.citations, answer.removed_markers = text, cites, markers.removed
         answer.refused = refused
-        if span is not None:
-            answer.signals = {"margin": span.margin if span.margin is not None else 0.0,
-                              "span_logprob": span.span_logprob, "min_logprob": span.min_logprob,
-                              "span_tokens": float(span.steps)}
+        if signals:
+            answer.signals = signals
         if out is not None:
             m = out.metrics
             answer.finish_reason = out.outputs[0].finish_reason

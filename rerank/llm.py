@@ -30,8 +30,7 @@ class LLMReranker(Reranker):
             engine = LLM(cfg.model_name(), dtype="bfloat16" if cfg.bf16 else "auto")
         self.engine: ChatScorer = engine
         tok = engine.tokenizer
-        self.yes = _first_ids(tok, ("yes", "Yes", " yes", " Yes"))
-        self.no = _first_ids(tok, ("no", "No", " no", " No"))
+        self.yes, self.no = yes_no_ids(tok)
 
     def _prompt(self, query: str, passage: str) -> list[int]:
         tok = self.engine.tokenizer
@@ -45,16 +44,27 @@ class LLMReranker(Reranker):
         if not passages:
             return np.zeros(0)
         prompts = [self._prompt(query, p) for p in passages]
-        cands = sorted(set(self.yes) | set(self.no))
-        out = self.engine.next_token_logprobs(prompts, cands)
-        scores = []
-        for lp in out:
-            p_yes = sum(np.exp(lp[t]) for t in self.yes if t in lp)
-            p_no = sum(np.exp(lp[t]) for t in self.no if t in lp)
-            scores.append(p_yes / max(p_yes + p_no, 1e-12))
-        return np.asarray(scores, dtype=np.float64)
+        out = self.engine.next_token_logprobs(prompts, sorted(set(self.yes) | set(self.no)))
+        odds = np.asarray([yes_log_odds(lp, self.yes, self.no) for lp in out], dtype=np.float64)
+        return 1.0 / (1.0 + np.exp(-odds))  # P(yes) / (P(yes) + P(no))
 
 
 def _first_ids(tok, words: Sequence[str]) -> list[int]:
     """First token of each spelling (the model may start its answer with or without a space)."""
     return sorted({tok.encode(w, add_special_tokens=False)[0] for w in words})
+
+
+def yes_no_ids(tok) -> tuple[list[int], list[int]]:
+    """First tokens of the spellings of "yes" and of "no" (with/without a space, capitalised)."""
+    return _first_ids(tok, ("yes", "Yes", " yes", " Yes")), _first_ids(tok, ("no", "No", " no", " No"))
+
+
+def yes_log_odds(logprobs: dict[int, float], yes: Sequence[int], no: Sequence[int]) -> float:
+    """log P(yes) - log P(no) over the spellings of each, from `next_token_logprobs` output.
+
+    Why log-odds and not P(yes): a calibrated refusal combines it linearly with other log-scale
+    signals, and it does not saturate at 0/1 the way the probability does.
+    """
+    p_yes = sum(float(np.exp(logprobs[t])) for t in yes if t in logprobs)
+    p_no = sum(float(np.exp(logprobs[t])) for t in no if t in logprobs)
+    return float(np.log(max(p_yes, 1e-30)) - np.log(max(p_no, 1e-30)))

@@ -141,7 +141,7 @@ def run_qa(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from eval.answers import token_f1
-    from eval.calibrate import Point, calibration_items, pick_margin
+    from eval.calibrate import Point, calibration_items, fit_refusal_model, pick_margin
     from eval.datasets import load_qa
     from eval.qa_eval import normalise_answer_output
     from eval.runner import open_eval_pipeline
@@ -168,10 +168,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
             text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
             f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
             points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
-                                a.signals.get("min_logprob", 0.0)))
+                                a.signals.get("min_logprob", 0.0), dict(a.signals)))
     finally:
         pipe.close()
-    best = pick_margin(points, args.max_false_refusal)
+    best = pick_margin(points, args.max_false_refusal)  # span-only thresholds: the fallback without checks
+    if cfg.answer.verify:
+        fitted = fit_refusal_model(points, args.max_false_refusal)
+        best = {**best, "refusal_model": fitted["refusal_model"],
+                **{k: fitted[k] for k in ("f1", "refusal_acc", "false_refusal")}}
     if args.points:
         import dataclasses
         import json
@@ -183,8 +187,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}"})
-    print(f"{model}: refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']} "
-          f"(calibration F1 {best['f1']:.3f}, refusal accuracy "
+    how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
+           else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
+    print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
     return 0

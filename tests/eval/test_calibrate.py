@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from eval.calibrate import Point, calibration_items, pick_margin, score_threshold
+from eval.calibrate import Point, calibration_items, fit_refusal_model, pick_margin, score_threshold
 from eval.datasets import QAItem, sample_ids
 from eval.qa_eval import QAOutput, evaluate_qa
 
@@ -61,3 +61,34 @@ def test_min_logprob_threshold_catches_guessed_spans():
     assert best["refusal_acc"] == 1.0 and best["f1"] == 1.0
     assert -4.0 < best["refuse_min_logprob"] < -0.5
     assert pick_margin(pts, 0.0, use_min_logprob=False)["refusal_acc"] == 0.0
+
+
+def _pt(imp: bool, f1: float, check: float, margin: float = -5.0) -> Point:
+    return Point(margin, imp, f1, -0.5, {"margin": margin, "min_logprob": -0.5, "check_passage": check})
+
+
+def test_refusal_model_learns_the_check_signal_the_margin_lacks():
+    """Catches a fit that ignores the answerability check (or has its sign inverted): the margin is
+    equal for all points, only `check_passage` separates unanswerable from answerable."""
+    from rag.calibration import RefusalModel
+
+    pts = [_pt(True, 0.0, c) for c in (-3.0, -2.5, -2.0, -1.0)] + \
+          [_pt(False, 1.0, c) for c in (1.0, 2.0, 2.5, 3.0)] + [_pt(False, 0.0, -1.5)]
+    fitted = fit_refusal_model(pts, max_false_refusal=0.25)
+    model = RefusalModel.from_dict(fitted["refusal_model"])
+    assert "check_passage" in model.features and "check_answer" not in model.features  # absent signal dropped
+    assert fitted["refusal_acc"] == 1.0 and fitted["false_refusal"] <= 0.25
+    assert model.refuses({"margin": -5.0, "min_logprob": -0.5, "check_passage": -4.0})
+    assert not model.refuses({"margin": -5.0, "min_logprob": -0.5, "check_passage": 4.0})
+    assert model.refuses({"margin": -5.0}) is None  # a missing check: no decision, not a refusal
+
+
+def test_refusal_model_threshold_honours_the_false_refusal_cap():
+    """Catches a cut chosen for F1 alone: refusing the answerable outlier would raise F1 here
+    (its span is wrong) but breaks a zero false-refusal cap."""
+    pts = [_pt(True, 0.0, -3.0), _pt(True, 0.0, -2.0), _pt(False, 0.0, -2.5), _pt(False, 1.0, 2.0),
+           _pt(False, 1.0, 3.0)]
+    strict = fit_refusal_model(pts, max_false_refusal=0.0)
+    assert strict["false_refusal"] == 0.0
+    loose = fit_refusal_model(pts, max_false_refusal=0.5)
+    assert loose["f1"] > strict["f1"]

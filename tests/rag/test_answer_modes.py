@@ -95,3 +95,42 @@ def test_rest_and_openai_take_the_mode(server):
     r = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": "x"}], "rag": {"mode": "tiny"}})
     assert r.status_code in (400, 422)
+
+
+def _write_refusal_model(pipeline, threshold: float) -> None:
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    model = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": threshold}
+    save_thresholds(calibration_path(cfg.storage_path, cfg.answer.calibration), cfg.generator.engine.model,
+                    {"refusal_model": model})
+    pipeline._refusal = None  # reload
+
+
+def test_answerability_checks_feed_the_calibrated_refusal(pipeline):
+    """Catches the checks not being run (no `check_*` signals), a refusal model that is loaded but
+    not applied, and a refusal decided by it that still cites passages. Score = -check_passage:
+    a threshold of -1e9 refuses everything, +1e9 nothing."""
+    cfg = pipeline.cfg
+    path = cfg.storage_path / cfg.answer.calibration
+    try:
+        _write_refusal_model(pipeline, 1e9)
+        a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        assert not a.refused and a.citations
+        assert {"check_passage", "check_answer", "p_unanswerable"} <= set(a.signals)
+        assert a.timings_ms["check"] > 0
+        # the check asks about the passage that holds the span: an answerable question scores yes
+        assert a.signals["check_passage"] > -5
+        _write_refusal_model(pipeline, -1e9)
+        b = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        assert b.refused and b.text == cfg.prompt.refusal and b.citations == []
+        assert b.signals["check_passage"] == pytest.approx(a.signals["check_passage"], abs=1e-3)
+        cfg.answer.verify = False  # without checks the model cannot decide: span thresholds apply
+        pipeline._refusal = None
+        c = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        assert not c.refused and "check_passage" not in c.signals
+    finally:
+        cfg.answer.verify = True
+        path.unlink(missing_ok=True)
+        pipeline._refusal = None
