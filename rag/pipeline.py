@@ -251,7 +251,7 @@ class Pipeline:
         if (tail := markers.flush()) and not short:
             yield tail
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
-        checks = await self._checks(answer, markers.text, span) if span is not None else {}
+        checks = await self._checks(answer, span.answer_text(), span) if span is not None else {}
         final = self.finish(answer, last, markers, t0, span, checks)
         if looped:
             final.finish_reason = "repetition"
@@ -338,6 +338,8 @@ class Pipeline:
             elif (low := self._threshold("refuse_min_logprob")) is not None and span.min_logprob < low:
                 refused = True  # a span the model had to guess a token of: not supported well enough
         if answer.mode == "short":
+            if span is not None and not refused and span.steps:
+                text = span.answer_text()  # whole words even when max_tokens cut the span
             cites = [] if refused else self._span_citations(text, answer.passages)
             if refused:
                 text = refusal

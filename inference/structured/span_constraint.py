@@ -45,6 +45,35 @@ def _boundary(t: bytes, p: int) -> bool:
     return p >= len(t) or (t[p] & 0xC0) != 0x80
 
 
+def _wordish(ch: str) -> bool:
+    """A letter or digit of a script that separates words with spaces (CJK characters are words
+    of their own: a span may start or end at any of them)."""
+    return ch.isalnum() and not ("\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af"
+                                 or "\uf900" <= ch <= "\ufaff" or "\u3040" <= ch <= "\u30ff")
+
+
+def word_edges(text: str) -> tuple[list[int], set[int]]:
+    """Byte offsets (in `text` as UTF-8) where a span may start, and where it may end.
+
+    Why: a short answer is whole words ("Palace of Culture", not "se French names" or "Pal"), but
+    it may start or end at punctuation ("$5,000" -> "5,000") and anywhere in CJK text. A start is
+    a character that does not continue a word; an end is a place not followed by a word's next
+    letter. Offsets need not be token boundaries: matching is on bytes, so a span may still begin
+    in the middle of what the tokenizer would make one token of the passage."""
+    starts: list[int] = []
+    ends: set[int] = set()
+    off = 0
+    prev = ""
+    for ch in text:
+        if not (_wordish(ch) and _wordish(prev)):
+            starts.append(off)
+            ends.add(off)
+        prev = ch
+        off += len(ch.encode("utf-8"))
+    ends.add(off)
+    return starts, ends
+
+
 class GroundedSpanProcessor:
     """Per-request logits processor: call with (generated token ids, logits) -> masked logits.
 
@@ -57,7 +86,11 @@ class GroundedSpanProcessor:
                  eos_token_id: int | list[int] | set[int] | None = None, max_tokens: int | None = None,
                  refuse_margin: float | None = None):
         self.tb: TokenBytes = token_bytes(tokenizer)
-        self.texts = [normalize_passage(p).encode("utf-8") for p in passages]
+        norm = [normalize_passage(p) for p in passages]
+        self.texts = [t.encode("utf-8") for t in norm]
+        edges = [word_edges(t) for t in norm]
+        self._start_at = [e[0] for e in edges]  # word starts, per passage
+        self._end_at = [e[1] for e in edges]  # word ends, per passage
         self.ref = len(self.texts)  # index of the refusal entry
         self.entries = self.texts + [refusal.strip().encode("utf-8") if refusal else b""]
         eos = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
@@ -73,14 +106,15 @@ class GroundedSpanProcessor:
         self._pos: list[tuple[int, int]] | None = None  # None: nothing generated yet
         self._consumed = 0
         self._out = b""
+        self._whole = 0  # bytes of _out up to the last place a span may end (a word end)
         self._last_lp: torch.Tensor | None = None
 
     # ---- state ---------------------------------------------------------------------------
     def _starts(self, path: str | None) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         if path in (None, "span"):
-            for i, t in enumerate(self.texts):
-                out += [(i, p) for p in range(len(t)) if _boundary(t, p)]
+            for i, starts in enumerate(self._start_at):
+                out += [(i, p) for p in starts]
         if path in (None, "refuse") and self.entries[self.ref]:
             out.append((self.ref, 0))
         return out
@@ -99,6 +133,8 @@ class GroundedSpanProcessor:
             pos = self._pos if self._pos is not None else self._starts(self._path)
             self._pos = [(i, p + len(b)) for i, p in pos if self.entries[i].startswith(b, p)]
             self._out += b
+            if any(i != self.ref and p in self._end_at[i] for i, p in self._pos):
+                self._whole = len(self._out)
         self._consumed = len(token_ids)
         if self._pos and self._path is None:
             # Undecided while the text could still be either (a refusal starting with a word
@@ -109,14 +145,17 @@ class GroundedSpanProcessor:
         ref = self.entries[self.ref]
         self.refused = bool(ref) and self._out.strip() == ref
 
-    def _allowed(self, positions: list[tuple[int, int]]) -> set[int]:
+    def _allowed(self, positions: list[tuple[int, int]], ending: bool = False) -> set[int]:
+        """Tokens that continue the text at one of `positions`; with `ending`, only those after
+        which the answer may stop (a word end, or the end of the refusal)."""
         ids: set[int] = set()
         get, cap = self.tb.ids_by_bytes.get, self.tb.max_len
         for i, p in positions:
             t = self.entries[i]
+            ends = self._end_at[i] if i != self.ref else {len(t)}
             for q in range(p + 1, min(len(t), p + cap) + 1):
                 hit = get(t[p:q])
-                if hit:
+                if hit and (not ending or q in ends):
                     ids.update(hit)
         return ids
 
@@ -125,8 +164,14 @@ class GroundedSpanProcessor:
             return self._pos is not None  # dead state: let it stop
         if any(i == self.ref and p == len(self.entries[i]) for i, p in self._pos):
             return True
-        return bool(self._out.strip()) and any(i != self.ref and _boundary(self.entries[i], p)
-                                               for i, p in self._pos)
+        return bool(self._out.strip()) and any(i != self.ref and p in self._end_at[i] for i, p in self._pos)
+
+    def answer_text(self) -> str:
+        """The span as whole words: what was generated, cut back to the last word end when the
+        token budget stopped it inside a word or a UTF-8 character."""
+        if self.refused or self._whole == len(self._out):
+            return self._out.decode("utf-8", "replace").strip()
+        return self._out[: self._whole].decode("utf-8", "replace").strip()
 
     # ---- processor -----------------------------------------------------------------------
     def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
@@ -139,8 +184,13 @@ class GroundedSpanProcessor:
         else:
             allowed = self._allowed(self._pos)
         eos_ok = self._eos_ok()
-        if eos_ok and self.max_tokens is not None and len(token_ids) >= self.max_tokens - 1:
+        last = self.max_tokens is not None and len(token_ids) >= self.max_tokens - 1
+        if last and eos_ok:
             allowed = set()
+        elif last and self._pos:
+            # The budget ends with this token: make it one after which the answer is whole
+            # (never cut mid-word or inside a UTF-8 character).
+            allowed = self._allowed(self._pos, ending=True) or allowed
         if eos_ok:
             allowed |= set(self.eos_ids)
         mask = torch.ones(n, dtype=torch.bool, device=logits.device)

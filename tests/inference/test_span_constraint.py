@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from inference.structured import GroundedSpanProcessor, span_sources
-from inference.structured.span_constraint import normalize_passage
+from inference.structured.span_constraint import normalize_passage, word_edges
 from inference.structured.token_bytes import token_bytes
 
 PASSAGES = [
@@ -52,19 +52,36 @@ def test_token_bytes_round_trip_cjk_and_english(tok):
         assert b"".join(tb.bytes_of[i] for i in ids) == text.encode("utf-8")
 
 
-def test_any_substring_is_allowed_as_the_model_would_tokenise_it(tok):
-    """Catches spans that may not start mid-word / mid-token, and split CJK characters refused."""
+def test_any_whole_word_substring_is_allowed_as_the_model_would_tokenise_it(tok):
+    """Catches whole-word spans refused because they start or end mid-token of the passage
+    ("849" inside "8,849", "Tower" after "Eiffel"), and split CJK characters refused."""
     vocab = len(tok) + 64  # logits rows are often padded past the tokenizer size
     rng = random.Random(0)
-    subs = ["Paris", "1889", "iffel Tower", "8,849 metres", "龍山寺", "1738年", "中華民國的首都", "untain above"]
+    subs = ["Paris", "1889", "Eiffel Tower", "849 metres", "龍山寺", "1738年", "中華民國的首都", "mountain above",
+            "Earth's highest", "Tower was"]
     for _ in range(20):
         p = rng.choice(PASSAGES)
-        a = rng.randrange(len(p) - 1)
-        subs.append(p[a: a + rng.randint(1, 12)].strip() or p[a])
+        starts, ends = word_edges(p)
+        b = p.encode("utf-8")
+        a = rng.choice(starts)
+        e = rng.choice(sorted(x for x in ends if a < x <= a + 30) or [len(b)])
+        subs.append(b[a:e].decode("utf-8").strip() or p)
     for sub in subs:
         proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
         ids = tok.encode(sub, add_special_tokens=False)
         assert all(_drive(proc, tok, ids, vocab)), sub
+
+
+def test_spans_are_whole_words(tok):
+    """Catches a span that starts inside a word ("iffel Tower", "se names") or stops inside one
+    ("Pari"): the answer is whole words of the passage, whatever the model's tokens are."""
+    vocab = len(tok) + 64
+    for sub in ("iffel Tower", "untain above"):
+        proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+        assert not all(_drive(proc, tok, tok.encode(sub, add_special_tokens=False), vocab)), sub
+    proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
+    ok = _drive(proc, tok, tok.encode(" Pari", add_special_tokens=False), vocab)
+    assert all(ok[:-1]) and not ok[-1]  # every token fits, but EOS is masked mid-word
 
 
 def test_text_outside_the_passages_is_masked(tok):
@@ -91,8 +108,9 @@ def test_random_walks_stay_verbatim_and_cite_their_passage(tok):
             if t == _eos(tok):
                 break
             ids.append(t)
-        text = tok.decode(ids)
+        text = proc.answer_text()  # cut back to whole words when max_tokens stopped it mid-word
         assert text.strip(), trial
+        assert text in tok.decode(ids)
         assert any(" ".join(text.split()) in normalize_passage(p) for p in PASSAGES), text
         assert span_sources(text, PASSAGES), text
 
