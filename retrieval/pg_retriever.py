@@ -18,7 +18,6 @@ import numpy as np
 
 from indexing.pg_store import PgDocumentStore
 
-from .collection_index import IndexMismatchError, retrievers_for
 from .filters import Filters
 from .pg_index import PgIndex
 from .retriever import Retriever
@@ -34,13 +33,21 @@ class PgRetriever(Retriever):
         self._pg_lock = threading.RLock()
 
     # ---- indexes ----------------------------------------------------------------------
+    def _new_pg_index(self, name: str, rebuild: bool = False) -> PgIndex:
+        """The collection's index with the settings `embedder.model: auto` picks for its language
+        mix (embedder, fusion weights, BM25-only fallback), as the in-process backend does."""
+        return PgIndex(self.store, name, self.language_choice(name).cfg, lambda: self.embedder_for(name),
+                       self.analyzer, rebuild=rebuild)
+
     def index(self, collection: str) -> PgIndex:  # type: ignore[override]
         with self._pg_lock:
             pi = self._pg.get(collection)
-            if pi is None:
-                pi = self._pg[collection] = PgIndex(self.store, collection, self.cfg, self.embedder, self.analyzer)
+            if pi is None or pi.cfg != self.language_choice(collection).cfg:
+                pi = self._pg[collection] = self._new_pg_index(collection)
             if not pi.stats or self.cfg.auto_sync:
                 meta = pi.meta()
+                if meta is not None and self._choice_changed(collection, meta["config"]):
+                    return self._pg_sync_one(collection, rebuild=True)[0]
                 if meta is not None:
                     pi.check(meta)
                 if meta is None or (self.cfg.auto_sync and meta["store_version"] != self.store.version(collection)):
@@ -56,30 +63,31 @@ class PgRetriever(Retriever):
         return self._pg_sync(collection, rebuild=True)
 
     def _pg_sync(self, collection: str | None, rebuild: bool) -> dict[str, dict[str, int]]:
-        out = {}
-        for name in [collection] if collection else self.collection_names():
-            with self._pg_lock:
-                pi = self._pg.get(name)
-                if pi is None or rebuild:
-                    pi = self._pg[name] = PgIndex(self.store, name, self.cfg, self.embedder, self.analyzer,
-                                                  rebuild=rebuild)
-                out[name] = pi.sync(rebuild=rebuild)
-        return out
+        return {name: self._pg_sync_one(name, rebuild)[1]
+                for name in ([collection] if collection else self.collection_names())}
+
+    def _pg_sync_one(self, name: str, rebuild: bool) -> tuple[PgIndex, dict[str, int]]:
+        with self._pg_lock:
+            pi = self._pg.get(name)
+            if pi is not None and pi.cfg != self.language_choice(name).cfg:
+                pi = None  # the language mix changed the settings
+            if pi is None and not rebuild:
+                meta = PgIndex.read_meta(self.store, name)
+                rebuild = meta is not None and self._choice_changed(name, meta["config"])  # re-embed
+            if pi is None or rebuild:
+                pi = self._pg[name] = self._new_pg_index(name, rebuild=rebuild)
+            return pi, pi.sync(rebuild=rebuild)
+
+    @property
+    def read_store(self) -> PgDocumentStore:  # type: ignore[override]
+        return self.store.reader  # storage.read_dsn: a streaming replica takes the search reads
 
     # ---- search -----------------------------------------------------------------------
     def _search_collection(self, name: str, texts: list[str], qvecs: np.ndarray | None, k: int, mode: str,
                            filters: Filters, must_terms: Sequence[str] | None,
                            timings: dict[str, float]) -> list[Candidate]:
         pi = self.index(name)
-        wanted = retrievers_for(mode)
-        missing = [r for r in wanted if r not in pi.retrievers]
-        if missing:
-            raise IndexMismatchError(f"collection {name!r} was indexed for mode {self.cfg.mode!r}, which has no "
-                                     f"{missing} index; set retrieval.mode to 'hybrid' and run `rag reindex`")
-        s2b = self.cfg.small_to_big
-        k_hits = k * 3 if s2b.enabled and s2b.expand_to_parent else k
-        fuse = len(wanted) * len(texts) > 1
-        depth = {r: max(k_hits, self.cfg.fusion.depth.get(r, 100)) if fuse else k_hits for r in wanted}
+        wanted, qvecs, k_hits, fuse, depth = self._plan(name, pi.retrievers, texts, qvecs, k, mode)
         must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
         rankings: dict[str, list[tuple[int, float]]] = {}
         for qi, text in enumerate(texts):
@@ -92,7 +100,7 @@ class PgRetriever(Retriever):
                 t = time.perf_counter()
                 rankings["dense" + suffix] = pi.dense(qvecs[qi], depth["dense"], filters, must)
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
-        return self._candidates(name, rankings, self.cfg.fusion, fuse, k, k_hits, timings)
+        return self._candidates(name, rankings, pi.cfg.fusion, fuse, k, k_hits, timings)
 
 
 def _ms(t0: float) -> float:

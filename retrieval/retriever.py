@@ -153,10 +153,18 @@ class Retriever:
 
     def _stale_choice(self, ci: CollectionIndex) -> bool:
         """An auto-chosen embedder differs from the one the index on disk was built with."""
-        if self._emb is not None or self.cfg.embedder.model != "auto" or not ci.exists() or "dense" not in ci.retrievers:
+        if not self._auto_embedder() or not ci.exists() or "dense" not in ci.retrievers:
             return False
-        built = json.loads((ci.dir / "manifest.json").read_text()).get("embedding_model")
-        return built != self.embedder_for(ci.collection).name
+        return self._choice_changed(ci.collection, json.loads((ci.dir / "manifest.json").read_text()))
+
+    def _auto_embedder(self) -> bool:
+        return self._emb is None and self.cfg.embedder.model == "auto"
+
+    def _choice_changed(self, name: str, built: Mapping[str, Any]) -> bool:
+        """The index described by `built` (manifest / index meta) holds vectors of another model
+        than the one `embedder.model: auto` now picks for the collection: re-embed, don't refuse."""
+        model = built.get("embedding_model")
+        return self._auto_embedder() and model is not None and model != self.embedder_for(name).name
 
     # ---- search -------------------------------------------------------------------------------
     def search(self, query: str, k: int | None = None, mode: str | None = None, filters: FilterSpec = None,
@@ -226,19 +234,7 @@ class Retriever:
                            filters: Filters, must_terms: Sequence[str] | None,
                            timings: dict[str, float]) -> list[Candidate]:
         ci = self.index(name)
-        if "dense" in retrievers_for(mode) and "dense" not in ci.retrievers and self.cfg.embedder.model == "auto":
-            mode = "bm25"  # CJK collection without a multilingual embedder (language_choice warned once)
-        wanted = retrievers_for(mode)
-        if "dense" in wanted and self.embedder_for(name) is not self.embedder():
-            qvecs = self.embedder_for(name).encode_queries(texts)
-        missing = [r for r in wanted if r not in ci.retrievers]
-        if missing:
-            raise IndexMismatchError(f"collection {name!r} was indexed for mode {self.cfg.mode!r}, which has no "
-                                     f"{missing} index; set retrieval.mode to 'hybrid' and run `rag reindex`")
-        s2b = self.cfg.small_to_big
-        k_hits = k * 3 if s2b.enabled and s2b.expand_to_parent else k
-        fuse = len(wanted) * len(texts) > 1
-        depth = {r: max(k_hits, self.cfg.fusion.depth.get(r, 100)) if fuse else k_hits for r in wanted}
+        wanted, qvecs, k_hits, fuse, depth = self._plan(name, ci.retrievers, texts, qvecs, k, mode)
         t = time.perf_counter()
         allowed = ci.allowed(self.store, filters) if filters else None
         must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
@@ -265,6 +261,26 @@ class Retriever:
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
         return self._candidates(name, rankings, ci.cfg.fusion, fuse, k, k_hits, timings)
 
+    def _plan(self, name: str, indexed: Sequence[str], texts: list[str], qvecs: np.ndarray | None, k: int,
+              mode: str) -> tuple[list[str], np.ndarray | None, int, bool, dict[str, int]]:
+        """Retrievers to run on a collection (indexed: what its index holds), the query vectors of
+        the collection's own embedder, hits to fetch, whether to fuse and the depth per retriever:
+        the steps every storage backend shares before it computes its rankings."""
+        if "dense" in retrievers_for(mode) and "dense" not in indexed and self.cfg.embedder.model == "auto":
+            mode = "bm25"  # CJK collection without a multilingual embedder (language_choice warned once)
+        wanted = retrievers_for(mode)
+        if "dense" in wanted and self.embedder_for(name) is not self.embedder():
+            qvecs = self.embedder_for(name).encode_queries(texts)
+        missing = [r for r in wanted if r not in indexed]
+        if missing:
+            raise IndexMismatchError(f"collection {name!r} was indexed for mode {self.cfg.mode!r}, which has no "
+                                     f"{missing} index; set retrieval.mode to 'hybrid' and run `rag reindex`")
+        s2b = self.cfg.small_to_big
+        k_hits = k * 3 if s2b.enabled and s2b.expand_to_parent else k
+        fuse = len(wanted) * len(texts) > 1
+        depth = {r: max(k_hits, self.cfg.fusion.depth.get(r, 100)) if fuse else k_hits for r in wanted}
+        return wanted, qvecs, k_hits, fuse, depth
+
     def _candidates(self, name: str, rankings: dict[str, list[tuple[int, float]]], fusion: FusionConfig,
                     fuse: bool, k: int, k_hits: int, timings: dict[str, float]) -> list[Candidate]:
         """Fuse per-retriever rankings, fetch the chunks, attach each retriever's rank and score and
@@ -275,7 +291,8 @@ class Retriever:
         top = fused[:k_hits]
         timings["fuse"] = timings.get("fuse", 0.0) + _ms(t)
         t = time.perf_counter()
-        chunks = {c.int_id: c for c in self.store.get_chunks_by_int([i for i, _ in top], name)}
+        store = self.read_store
+        chunks = {c.int_id: c for c in store.get_chunks_by_int([i for i, _ in top], name)}
         per_retriever: dict[str, dict[int, tuple[int, float]]] = {}
         for rname, ranking in rankings.items():  # best (rank, score) per base retriever over query variants
             best = per_retriever.setdefault(rname.split("@")[0], {})
@@ -292,11 +309,16 @@ class Retriever:
                     cand.ranks[base], cand.scores[base] = best[i][0], float(best[i][1])
             cands.append(cand)
         if s2b.enabled and s2b.expand_to_parent:
-            cands = expand_to_parents(cands, self.store, name)[:k]
+            cands = expand_to_parents(cands, store, name)[:k]
         if s2b.sentence_window:
-            cands = sentence_window(cands, self.store, name, s2b.sentence_window)
+            cands = sentence_window(cands, store, name, s2b.sentence_window)
         timings["fetch"] = timings.get("fetch", 0.0) + _ms(t)
         return cands
+
+    @property
+    def read_store(self) -> DocumentStore:
+        """Where search-time chunk reads go: the store itself here, a read replica on Postgres."""
+        return self.store
 
     def _fuse(self, rankings: dict[str, list[tuple[int, float]]], f: FusionConfig) -> list[tuple[int, float]]:
         weights = {n: f.weights.get(n.split("@")[0], 1.0) for n in rankings}
