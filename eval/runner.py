@@ -77,7 +77,8 @@ def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress:
     collection = f"eval-{base.name}-{index_key(cfg)}"
     cfg = cfg.model_copy(deep=True)
     cfg.retrieval.default_collection = collection
-    store = PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms)
+    store = PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms,
+                            read_dsn=cfg.storage.resolved_read_dsn())
     corpus = Path(dataset) / "corpus.jsonl"
     report = Ingestor(store, indexing_config(cfg)).ingest([corpus], collection=collection, progress=progress)
     if report.failed:

@@ -83,6 +83,7 @@ class LocalPostgres:
 
     def __init__(self, data_root: str | Path | None = None, settings: dict[str, str] | None = None):
         self.bindir = find_bindir()
+        self.primary: LocalPostgres | None = None  # set on a streaming replica (see start_replica)
         self._own_root = data_root is None
         self.root = Path(data_root) if data_root else Path(tempfile.mkdtemp(prefix="rag-pg-"))
         self.data = self.root / "data"
@@ -121,6 +122,8 @@ class LocalPostgres:
         self.root.mkdir(parents=True, exist_ok=True)
         who = self._as_user()
         log = self.root / "postgres.log"
+        if self.primary is not None and not (self.data / "PG_VERSION").exists():
+            self._base_backup(who, timeout)
         if not (self.data / "PG_VERSION").exists():
             r = subprocess.run([str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
                                 "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
@@ -147,7 +150,8 @@ class LocalPostgres:
                                           f"{log.read_text(errors='replace')[-800:]}")
             try:
                 with psycopg.connect(self.dsn, connect_timeout=2, autocommit=True) as c:
-                    c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    # a standby is read-only (the extension comes with the base backup)
+                    c.execute("SELECT 1" if self.primary else "CREATE EXTENSION IF NOT EXISTS vector")
                 return
             except psycopg.OperationalError:
                 if time.monotonic() > t_end:
@@ -155,6 +159,43 @@ class LocalPostgres:
                     raise PostgresUnavailable(f"postgres did not accept connections within {timeout:.0f}s: "
                                               f"{log.read_text(errors='replace')[-800:]}") from None
                 time.sleep(0.1)
+
+    # ---- streaming read replica --------------------------------------------------------
+    def start_replica(self, data_root: str | Path | None = None, timeout: float = 300.0) -> LocalPostgres:
+        """A hot standby of this (running) server: `pg_basebackup -R` from the same binaries into a
+        temp dir, then postgres on a second port, 127.0.0.1 only, stopped by its own PID. It streams
+        WAL from this server and answers read-only queries (`storage.read_dsn`)."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise PostgresUnavailable("start the primary before its replica")
+        rep = LocalPostgres(data_root, settings={**self.settings, "hot_standby": "on"})
+        rep.bindir, rep.primary = self.bindir, self  # binaries already reachable by the server's user
+        return rep.start(timeout)
+
+    def _base_backup(self, who: dict, timeout: float) -> None:
+        assert self.primary is not None
+        self.data.mkdir(mode=0o700, exist_ok=True)
+        r = subprocess.run([str(self.bindir / "pg_basebackup"), "-D", str(self.data), "-h", "127.0.0.1",
+                            "-p", str(self.primary.port), "-U", "postgres", "-R", "-X", "stream",
+                            "--checkpoint=fast", "--no-sync"], capture_output=True, text=True, timeout=timeout, **who)
+        if r.returncode != 0:
+            raise PostgresUnavailable(f"pg_basebackup from port {self.primary.port} failed: {r.stderr.strip()[-800:]}")
+
+    def replay_lag(self, timeout: float = 600.0) -> dict[str, float]:
+        """Wait until this replica has replayed the primary's current WAL position; returns the
+        seconds that took and the bytes it was behind when asked."""
+        import psycopg
+
+        assert self.primary is not None, "not a replica"
+        with psycopg.connect(self.primary.dsn, autocommit=True) as p, \
+                psycopg.connect(self.dsn, autocommit=True) as r:
+            target = p.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # synchronous_commit=off: not yet flushed
+            behind = r.execute("SELECT %s::pg_lsn - pg_last_wal_replay_lsn()", (target,)).fetchone()[0]
+            t0, t_end = time.monotonic(), time.monotonic() + timeout
+            while r.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)).fetchone()[0] is not True:
+                if time.monotonic() > t_end:
+                    raise TimeoutError(f"replica on port {self.port} did not replay {target} within {timeout:.0f}s")
+                time.sleep(0.05)
+        return {"seconds": time.monotonic() - t0, "bytes_behind": float(max(behind or 0, 0))}
 
     def kill(self) -> None:
         """SIGKILL the postmaster (tests of a server that dies mid-request); children exit with it."""
@@ -185,22 +226,31 @@ class LocalPostgres:
 
 
 def main() -> None:
-    """`python -m indexing.pg_local [DATA_DIR]`: run a local server until Ctrl-C and print its DSN
-    (export it as RAG_PG_DSN for `configs/postgres.yaml`). A DATA_DIR keeps the data between runs."""
+    """`python -m indexing.pg_local [DATA_DIR] [--replica]`: run a local server until Ctrl-C and print
+    its DSN (export it as RAG_PG_DSN for `configs/postgres.yaml`). A DATA_DIR keeps the data between
+    runs. `--replica` also starts a streaming read replica and prints its DSN on a second line
+    (RAG_PG_READ_DSN, `storage.read_dsn`)."""
     import sys
 
     def _stop(*_: object) -> None:
         raise KeyboardInterrupt  # SIGTERM (and SIGINT, which background jobs of a script ignore) stop cleanly
 
     signal.signal(signal.SIGTERM, _stop)
-    pg = LocalPostgres(sys.argv[1] if len(sys.argv) > 1 else None).start()
-    print(pg.dsn, flush=True)
+    args = [a for a in sys.argv[1:] if a != "--replica"]
+    pg = LocalPostgres(args[0] if args else None).start()
+    rep = None
     try:
+        print(pg.dsn, flush=True)
+        if "--replica" in sys.argv[1:]:
+            rep = pg.start_replica()
+            print(rep.dsn, flush=True)
         while pg.proc is not None and pg.proc.poll() is None:
             time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
+        if rep is not None:
+            rep.cleanup()
         pg.cleanup()
 
 

@@ -66,6 +66,15 @@ CREATE TABLE IF NOT EXISTS collections (
     name TEXT PRIMARY KEY,
     version BIGINT NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS dropped (
+    collection TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    source TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    duplicate_of TEXT,
+    dropped_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (collection, doc_id, source)
+);
 """
 
 _CHUNK_COLS = ('chunk_id, doc_id, text, start, "end", granularity, parent_id, source, title, date, section, page, '
@@ -108,14 +117,20 @@ class PgDocumentStore:
 
     backend = "postgres"
 
-    def __init__(self, dsn: str, statement_timeout_ms: int = 30000):
+    def __init__(self, dsn: str, statement_timeout_ms: int = 30000, read_dsn: str | None = None,
+                 read_only: bool = False):
         self.dsn = dsn
         self.statement_timeout_ms = statement_timeout_ms
         self._lock = threading.RLock()  # one connection; psycopg serialises, the lock keeps transactions whole
         self._db = None
-        with self.conn() as db:
-            db.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            db.execute(SCHEMA)
+        # Retrieval reads (candidate lists, chunk fetches) go to `reader`: a read replica when
+        # `read_dsn` is given, else this store. A replica is read-only, so it creates no schema.
+        self.reader: PgDocumentStore = (PgDocumentStore(read_dsn, statement_timeout_ms, read_only=True)
+                                        if read_dsn and read_dsn != dsn else self)
+        if not read_only:
+            with self.conn() as db:
+                db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                db.execute(SCHEMA)
 
     @property
     def masked_dsn(self) -> str:
@@ -141,6 +156,8 @@ class PgDocumentStore:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+        if self.reader is not self:
+            self.reader.close()
 
     def __enter__(self) -> PgDocumentStore:
         return self
@@ -152,6 +169,8 @@ class PgDocumentStore:
         """Raises StoreUnavailable when the server does not answer (for /ready)."""
         with self.conn() as db:
             db.execute("SELECT 1")
+        if self.reader is not self:
+            self.reader.ping()
 
     # ---- writes -------------------------------------------------------------------------
     def document_hash(self, doc_id: str, collection: str = "default") -> str | None:
@@ -210,6 +229,29 @@ class PgDocumentStore:
     def _bump(cur: Any, collection: str) -> None:
         cur.execute("INSERT INTO collections(name, version) VALUES (%s, 1) "
                     "ON CONFLICT(name) DO UPDATE SET version = collections.version + 1", (collection,))
+
+    def record_dropped(self, collection: str, rows: Iterable[tuple[str, str, str, str | None]]) -> int:
+        """Remember documents the cleaner dropped (doc_id, source, reason, duplicate_of) for
+        `rag docs dropped`; same contract as DocumentStore.record_dropped (a repeat replaces)."""
+        now = time.time()
+        data = [(collection, d, s, r, dup, now) for d, s, r, dup in rows]
+        if data:
+            with self.conn() as db, db.transaction(), db.cursor() as cur:
+                cur.executemany("INSERT INTO dropped VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (collection, doc_id, "
+                                "source) DO UPDATE SET reason=EXCLUDED.reason, duplicate_of=EXCLUDED.duplicate_of, "
+                                "dropped_at=EXCLUDED.dropped_at", data)
+        return len(data)
+
+    def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Dropped documents, newest first, leaving out ids that were stored since."""
+        q = ("SELECT x.collection, x.doc_id, x.source, x.reason, x.duplicate_of, x.dropped_at FROM dropped x "
+             "WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.collection = x.collection AND d.doc_id = x.doc_id)")
+        args: list[Any] = []
+        if collection is not None:
+            q, args = q + " AND x.collection=%s", [collection]
+        q += " ORDER BY x.dropped_at DESC, x.doc_id LIMIT %s"
+        keys = ("collection", "doc_id", "source", "reason", "duplicate_of", "dropped_at")
+        return [dict(zip(keys, r, strict=True)) for r in self._all(q, [*args, limit])]
 
     # ---- reads --------------------------------------------------------------------------
     def _one(self, q: str, args: tuple = ()) -> Any:

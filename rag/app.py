@@ -19,7 +19,8 @@ def open_store(cfg: RagConfig) -> DocumentStore:
     if cfg.storage.backend == "postgres":
         from indexing.pg_store import PgDocumentStore
 
-        return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms)  # type: ignore[return-value]
+        return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms,  # type: ignore[return-value]
+                               read_dsn=cfg.storage.resolved_read_dsn())
     return DocumentStore(store_path(cfg))
 
 

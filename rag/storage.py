@@ -17,9 +17,16 @@ class StorageConfig(BaseModel):
     dsn: str | None = Field(None, description="postgres: libpq URL or key=value DSN; null reads $dsn_env")
     dsn_env: str = Field("RAG_PG_DSN", description="environment variable holding the DSN when dsn is null")
     statement_timeout_ms: int = Field(30000, ge=0, description="postgres: longest a query may run (0: no limit)")
+    read_dsn: str | None = Field(None, description=(
+        "postgres: optional read replica (hot standby) for retrieval reads; writes and index syncs stay on dsn. "
+        "null reads $read_dsn_env; neither set: everything on dsn"))
+    read_dsn_env: str = Field("RAG_PG_READ_DSN", description="environment variable holding read_dsn when it is null")
 
     def resolved_dsn(self) -> str:
         dsn = self.dsn or os.environ.get(self.dsn_env, "")
         if not dsn:
             raise ValueError(f"storage.backend is postgres but neither storage.dsn nor ${self.dsn_env} is set")
         return dsn
+
+    def resolved_read_dsn(self) -> str | None:
+        return self.read_dsn or os.environ.get(self.read_dsn_env) or None

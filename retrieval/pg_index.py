@@ -137,15 +137,26 @@ class PgIndex:
         with self.store.conn() as db:
             exists = db.execute("SELECT 1 FROM pg_indexes WHERE indexname = 'chunks_embedding_hnsw'").fetchone()
             if not exists:
-                db.execute("SET maintenance_work_mem = '512MB'")
+                # at least 512MB (a graph that does not fit is built on disk, many times slower);
+                # never lower what the server or session already grants (1M x 384 needs ~2GB)
+                db.execute("SELECT set_config('maintenance_work_mem', CASE WHEN pg_size_bytes(current_setting("
+                           "'maintenance_work_mem')) < 512 * 1024 * 1024 THEN '512MB' ELSE current_setting("
+                           "'maintenance_work_mem') END, false)")
                 db.execute(f"CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw "
                            f"(embedding vector_ip_ops) WITH (m = {int(d.hnsw_m)}, "
                            f"ef_construction = {int(d.hnsw_ef_construction)})")
 
     def meta(self) -> dict[str, Any] | None:
-        with self.store.conn() as db:
+        return self.read_meta(self.store, self.collection)
+
+    @staticmethod
+    def read_meta(store: PgDocumentStore, collection: str) -> dict[str, Any] | None:
+        """What the collection's index was built with (None: never synced)."""
+        with store.conn() as db:
+            if db.execute("SELECT to_regclass('rag_index_meta')").fetchone()[0] is None:
+                return None
             row = db.execute("SELECT config, store_version, n_docs, sum_len, mean_idf FROM rag_index_meta "
-                             "WHERE collection = %s", (self.collection,)).fetchone()
+                             "WHERE collection = %s", (collection,)).fetchone()
         if row is None:
             return None
         return {"config": row[0], "store_version": row[1], "n_docs": row[2], "sum_len": row[3], "mean_idf": row[4]}
@@ -315,7 +326,7 @@ class PgIndex:
             SELECT s.int_id, s.score FROM s{join} ORDER BY s.score DESC, s.int_id LIMIT %s"""
         args = [list(counts), [float(v) for v in counts.values()], self.collection, n, eps,
                 cfg.k1, cfg.k1, cfg.b, cfg.b, avgdl, *jargs, int(k)]
-        with self.store.conn() as db:
+        with self.store.reader.conn() as db:  # the read replica when storage.read_dsn is set
             return [(int(i), float(s)) for i, s in db.execute(sql, args).fetchall()]
 
     def dense(self, qvec: np.ndarray, k: int, filters: Filters | None = None,
@@ -330,7 +341,7 @@ class PgIndex:
                 ORDER BY c.embedding <#> %s::vector LIMIT %s) t
             ORDER BY score DESC, int_id"""
         d = self.cfg.dense
-        with self.store.conn() as db, db.transaction():
+        with self.store.reader.conn() as db, db.transaction():
             db.execute("SELECT set_config('hnsw.ef_search', %s, true), "
                        "set_config('hnsw.iterative_scan', 'relaxed_order', true)",
                        (str(max(int(d.hnsw_ef_search), int(k))),))
