@@ -12,7 +12,6 @@ span signals.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from rerank.llm import yes_log_odds, yes_no_ids
@@ -41,6 +40,8 @@ async def check_signals(generator: Any, question: str, passage: str, answer: str
     yes, no = yes_no_ids(tok)
     prompts = check_prompts(generator.encode_chat, question, passage, answer)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
-    outs = await asyncio.gather(*(generator.agenerate(p, sp) for p in prompts))
+    # One after the other: both prompts start with the same passage and question, so the second
+    # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
+    outs = [await generator.agenerate(p, sp) for p in prompts]
     odds = [yes_log_odds(o.candidate_logprobs, yes, no) for o in outs]
     return {"check_passage": odds[0], "check_answer": odds[1]}
