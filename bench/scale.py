@@ -8,12 +8,18 @@ near a random chunk. Reports ingest rate, index build time, hybrid (BM25 depth 1
 + RRF) p50/p99 per query without embedding, and memory / on-disk size; both backends run in
 this process against one local server, so the ratios are what to read on a shared machine.
 
-Run: `.venv/bin/python bench/scale.py --n 100000` (1M: `--n 1000000`, ~1 h on 2 cores).
+The Postgres load is a bulk import: keys, foreign key and indexes are dropped, chunks (with their
+vectors in pgvector's binary form) and postings go in by binary COPY built with numpy (no Python per
+row), then keys and indexes are re-created and HNSW is built once. `--replica` starts a streaming
+replica before the load and reports its replay lag and the same queries through it.
+
+Run: `.venv/bin/python bench/scale.py --n 100000 [--replica]` (1M: `--n 1000000 --peers flat`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -33,9 +39,9 @@ from retrieval.bm25 import BM25Index  # noqa: E402
 from retrieval.config import DenseConfig, RetrievalConfig  # noqa: E402
 from retrieval.dense import DenseIndex  # noqa: E402
 from retrieval.fusion import rrf  # noqa: E402
-from retrieval.pg_index import PgIndex, vector_literal  # noqa: E402
+from retrieval.pg_index import PgIndex  # noqa: E402
 
-DIM, VOCAB, DOC_LEN, CENTRES = 384, 50_000, 60, 2_000
+DIM, VOCAB, DOC_LEN, CENTRES, BATCH = 384, 50_000, 60, 2_000, 10_000
 
 
 class SyntheticEmbedder:
@@ -45,17 +51,27 @@ class SyntheticEmbedder:
 
 
 def corpus(n: int, seed: int = 0):
+    """Batches of (start, vectors, term ids); term id t is the word `w%05d` (fixed width, so a
+    chunk's text and its postings have fixed-size binary COPY rows)."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((CENTRES, DIM)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
     p /= p.sum()
-    for start in range(0, n, 10_000):
-        m = min(10_000, n - start)
+    for start in range(0, n, BATCH):
+        m = min(BATCH, n - start)
         vecs = centres[rng.integers(0, CENTRES, m)] + 0.35 * rng.standard_normal((m, DIM)).astype(np.float32) / np.sqrt(DIM)
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         terms = rng.choice(VOCAB, size=(m, DOC_LEN), p=p)
         yield start, vecs, terms
+
+
+def word(t: int) -> str:
+    return f"w{t:05d}"
+
+
+def cid(i: int) -> str:
+    return f"c{i:07d}"
 
 
 def queries(n: int, all_vecs: np.ndarray, seed: int = 1):
@@ -63,7 +79,7 @@ def queries(n: int, all_vecs: np.ndarray, seed: int = 1):
     out = []
     for _ in range(n):
         q = all_vecs[rng.integers(len(all_vecs))] + 0.3 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM)
-        out.append(([f"w{t}" for t in rng.integers(100, 20_000, 4)], q / np.linalg.norm(q)))
+        out.append(([word(t) for t in rng.integers(100, 20_000, 4)], q / np.linalg.norm(q)))
     return out
 
 
@@ -73,47 +89,155 @@ def pct(xs: list[float]) -> dict[str, float]:
             "mean_ms": round(float(a.mean()), 2)}
 
 
-def load_pg(store: PgDocumentStore, n: int) -> tuple[dict, np.ndarray]:
+_SIG = b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8  # binary COPY signature, flags, no header extension
+_TRAILER = b"\xff\xff"
+WORDS = [word(t) for t in range(VOCAB)]
+_WORD_BYTES = np.array([w.encode() for w in WORDS], dtype="S6")
+_TEXT_LEN = DOC_LEN * 7 - 1
+# (column, constant or None, numpy dtype of the value) in `chunks` column order for binary COPY
+_CHUNK_COLS = [("collection", b"scale"), ("chunk_id", None, "S8"), ("int_id", None, ">i8"), ("doc_id", None, "S8"),
+               ("seq", 0), ("granularity", b"default"), ("start", 0), ('"end"', _TEXT_LEN),
+               ("text", None, f"S{_TEXT_LEN}"), ("content_hash", b"h"), ("source", b"synthetic"), ("title", b""),
+               ("section", b""), ("language", b"en"), ("metadata", b"\x01{}"), ("index_hash", b"h"),
+               ("doc_len", DOC_LEN), ("embedding", None, (">f4", DIM + 1))]
+
+
+def _record_dtype(cols: list[tuple]) -> np.dtype:
+    """One binary COPY tuple as a numpy record: field count, then (length, value) per column."""
+    fields: list[tuple] = [("nfields", ">i2")]
+    for i, col in enumerate(cols):
+        if col[1] is None:
+            dt = np.dtype(col[2]) if not isinstance(col[2], tuple) else np.dtype((col[2][0], (col[2][1],)))
+        elif isinstance(col[1], bytes):
+            dt = np.dtype(f"S{len(col[1])}") if col[1] else None
+        else:
+            dt = np.dtype(">i4")
+        fields.append((f"l{i}", ">i4"))
+        if dt is not None:
+            fields.append((f"v{i}", dt))
+    return np.dtype(fields)
+
+
+_CHUNK_DT = _record_dtype(_CHUNK_COLS)
+_POST_COLS = [("collection", b"scale"), ("term", None, "S6"), ("int_id", None, ">i8"), ("tf", None, ">f4"),
+              ("dl", None, ">f4")]
+_POST_DT = _record_dtype(_POST_COLS)
+
+
+def _records(cols: list[tuple], dt: np.dtype, m: int, values: dict[str, np.ndarray]) -> bytes:
+    rec = np.zeros(m, dtype=dt)
+    rec["nfields"] = len(cols)
+    for i, col in enumerate(cols):
+        if col[1] is None:
+            rec[f"v{i}"] = values[col[0]]
+            rec[f"l{i}"] = dt[f"v{i}"].itemsize
+        elif isinstance(col[1], bytes):
+            rec[f"l{i}"] = len(col[1])
+            if col[1]:
+                rec[f"v{i}"] = col[1]
+        else:
+            rec[f"l{i}"] = 4
+            rec[f"v{i}"] = col[1]
+    return rec.tobytes()
+
+
+def chunk_copy(start: int, vecs: np.ndarray, terms: np.ndarray, int_ids: np.ndarray) -> bytes:
+    """Binary COPY rows of `chunks` for one batch, built with numpy (no per-row Python)."""
+    m = len(vecs)
+    ids = np.array([cid(start + j).encode() for j in range(m)], dtype="S8")
+    words = _WORD_BYTES[terms].view(np.uint8).reshape(m, DOC_LEN, 6)
+    text = np.concatenate([words, np.full((m, DOC_LEN, 1), ord(" "), np.uint8)], axis=2).reshape(m, -1)
+    emb = np.empty((m, DIM + 1), dtype=">f4")
+    emb[:, 1:] = vecs
+    head = np.zeros((m, 2), dtype=">i2")  # pgvector binary: int16 dim, int16 unused, then the floats
+    head[:, 0] = DIM
+    emb[:, 0] = head.view(">f4")[:, 0]
+    return _records(_CHUNK_COLS, _CHUNK_DT, m, {
+        "chunk_id": ids, "doc_id": ids, "int_id": int_ids,
+        "text": np.ascontiguousarray(text[:, :_TEXT_LEN]).view(f"S{_TEXT_LEN}").ravel(), "embedding": emb})
+
+
+def posting_copy(terms: np.ndarray, int_ids: np.ndarray) -> bytes:
+    """Binary COPY rows of `rag_postings` (term, chunk, tf, dl) for one batch, vectorised."""
+    srt = np.sort(terms, axis=1)
+    flat, row = srt.ravel(), np.repeat(np.arange(len(srt)), srt.shape[1])
+    first = np.ones(len(flat), dtype=bool)
+    first[1:] = (flat[1:] != flat[:-1]) | (row[1:] != row[:-1])
+    idx = np.flatnonzero(first)
+    tf = np.diff(np.append(idx, len(flat))).astype(np.float32)
+    return _records(_POST_COLS, _POST_DT, len(idx), {
+        "term": _WORD_BYTES[flat[idx]], "int_id": int_ids[row[idx]], "tf": tf,
+        "dl": np.full(len(idx), DOC_LEN, dtype=np.float32)})
+
+
+def _constraints(db, tables: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """(table, name, SQL to re-create) of the keys, foreign keys and indexes of these tables."""
+    out = []
+    for t, name, kind, sql in db.execute(
+            "SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid::regclass::text = ANY(%s) AND contype IN ('p', 'u', 'f') "
+            "ORDER BY contype = 'f', contype", (list(tables),)).fetchall():
+        out.append((t, name, f'ALTER TABLE {t} ADD CONSTRAINT "{name}" {sql}', kind))
+    for t, name, sql in db.execute(
+            "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE tablename = ANY(%s) AND indexname NOT IN "
+            "(SELECT conname FROM pg_constraint)", (list(tables),)).fetchall():
+        out.append((t, name, sql, "i"))
+    return out
+
+
+def load_pg(store: PgDocumentStore, n: int, replica: LocalPostgres | None = None) -> tuple[dict, np.ndarray]:
+    """Bulk load: drop the keys and indexes, binary COPY chunks (with vectors) and postings, then
+    re-create keys, foreign key and indexes, then HNSW: what a bulk import into an empty store does."""
     cfg = RetrievalConfig(mode="hybrid", dense={"hnsw_m": 16, "hnsw_ef_construction": 64, "hnsw_ef_search": 100})
     pi = PgIndex(store, "scale", cfg, lambda: SyntheticEmbedder(), Analyzer(cfg.bm25.analyzer))
     keep = np.zeros((n, DIM), dtype=np.float32)
+    with store.conn() as db:
+        cons = _constraints(db, ("chunks", "rag_postings"))
+        for t, name, _, kind in sorted(cons, key=lambda c: c[3] != "f"):  # foreign keys first
+            db.execute(f'DROP INDEX "{name}"' if kind == "i" else f'ALTER TABLE {t} DROP CONSTRAINT "{name}"')
     t0 = time.perf_counter()
     with store.conn() as db:
         for start, vecs, terms in corpus(n):
             keep[start : start + len(vecs)] = vecs
+            int_ids = np.array([chunk_int_id(cid(start + j)) for j in range(len(vecs))], dtype=np.int64)
             with db.transaction(), db.cursor() as cur:
-                with cur.copy('COPY chunks (collection, chunk_id, int_id, doc_id, seq, granularity, start, "end", '
-                              "text, content_hash, source, title, section, language, metadata, index_hash, doc_len, "
-                              "embedding) FROM STDIN") as cp:
-                    for j in range(len(vecs)):
-                        cid = f"c{start + j}"
-                        text = " ".join(f"w{t}" for t in terms[j])
-                        cp.write_row(("scale", cid, chunk_int_id(cid), cid, 0, "default", 0, len(text), text, "h",
-                                      "synthetic", "", "", "en", "{}", "h", DOC_LEN, vector_literal(vecs[j])))
-                with cur.copy("COPY rag_postings (collection, term, int_id, tf, dl) FROM STDIN") as cp:
-                    for j in range(len(vecs)):
-                        iid = chunk_int_id(f"c{start + j}")
-                        t, c = np.unique(terms[j], return_counts=True)
-                        for term, tf in zip(t.tolist(), c.tolist(), strict=True):
-                            cp.write_row(("scale", f"w{term}", iid, float(tf), float(DOC_LEN)))
+                cols = ", ".join(c[0] for c in _CHUNK_COLS)
+                with cur.copy(f"COPY chunks ({cols}) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.write(_SIG + chunk_copy(start, vecs, terms, int_ids) + _TRAILER)
+                with cur.copy("COPY rag_postings (collection, term, int_id, tf, dl) FROM STDIN (FORMAT BINARY)") as cp:
+                    cp.write(_SIG + posting_copy(terms, int_ids) + _TRAILER)
         db.execute("INSERT INTO collections(name, version) VALUES ('scale', 1) ON CONFLICT DO NOTHING")
         db.execute("INSERT INTO rag_index_meta(collection, config) VALUES ('scale', %s) ON CONFLICT DO NOTHING",
                    (json.dumps(pi.expected()),))
     ingest_s = time.perf_counter() - t0
+    lag: dict[str, float] = {}
+    if replica is not None:  # how far streaming replication trails a bulk COPY (not counted in ingest_s)
+        r = replica.replay_lag(timeout=1800)
+        lag = {"replica_replay_after_copy_s": round(r["seconds"], 1), "replica_bytes_behind_after_copy": r["bytes_behind"]}
+    t1 = time.perf_counter()
+    with store.conn() as db:
+        for _, _, sql, _ in sorted(cons, key=lambda c: c[3] == "f"):  # foreign keys last
+            db.execute(sql)
+    keys_s = time.perf_counter() - t1
     t1 = time.perf_counter()
     pi._ensure_hnsw()
     build_s = time.perf_counter() - t1
     t2 = time.perf_counter()
     pi._refresh_stats(1)
     stats_s = time.perf_counter() - t2
+    if replica is not None:  # and an index build (HNSW pages are WAL-logged as whole pages)
+        r = replica.replay_lag(timeout=1800)
+        lag |= {"replica_replay_after_build_s": round(r["seconds"], 1),
+                "replica_bytes_behind_after_build": r["bytes_behind"]}
     with store.conn() as db:
         db.execute("VACUUM ANALYZE chunks")
         db.execute("VACUUM ANALYZE rag_postings")
         sizes = {name: db.execute("SELECT pg_total_relation_size(%s)", (name,)).fetchone()[0]
                  for name in ("chunks", "rag_postings")}
         sizes["hnsw_index"] = db.execute("SELECT pg_relation_size('chunks_embedding_hnsw')").fetchone()[0]
-    return {"ingest_s": round(ingest_s, 1), "ingest_chunks_per_s": round(n / ingest_s), "hnsw_build_s": round(build_s, 1),
-            "bm25_stats_s": round(stats_s, 1), "bytes": sizes, "index": pi}, keep
+    return {"ingest_s": round(ingest_s, 1), "ingest_chunks_per_s": round(n / ingest_s),
+            "keys_and_indexes_s": round(keys_s, 1), "hnsw_build_s": round(build_s, 1),
+            "bm25_stats_s": round(stats_s, 1), **lag, "bytes": sizes, "index": pi}, keep
 
 
 def bench_pg(pi: PgIndex, qs: list) -> dict:
@@ -138,17 +262,17 @@ def bench_local(n: int, vecs: np.ndarray, qs: list, kind: str) -> dict:
     import psutil
 
     rss0 = psutil.Process().memory_info().rss
-    ids = np.array([chunk_int_id(f"c{i}") for i in range(n)], dtype=np.int64)
+    ids = np.array([chunk_int_id(cid(i)) for i in range(n)], dtype=np.int64)
     t0 = time.perf_counter()
     bm = BM25Index()
     dense = DenseIndex(DIM, DenseConfig(index=kind, hnsw_m=16, hnsw_ef_construction=64, hnsw_ef_search=100))
     for start, _, terms in corpus(n):
-        bm.add(ids[start : start + len(terms)].tolist(), [[f"w{t}" for t in row] for row in terms])
+        bm.add(ids[start : start + len(terms)].tolist(), [[WORDS[t] for t in row] for row in terms])
     bm_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     dense.add(ids, vecs)
     dense_s = time.perf_counter() - t1
-    bm.search(["w100"], 10)  # builds the weight matrix
+    bm.search([word(100)], 10)  # builds the weight matrix
     times = {"bm25": [], "dense": [], "hybrid": []}
     for terms, qv in qs:
         t0 = time.perf_counter()
@@ -169,7 +293,7 @@ def bench_local(n: int, vecs: np.ndarray, qs: list, kind: str) -> dict:
 
 def recall(pi: PgIndex, vecs: np.ndarray, qs: list, k: int = 10) -> float:
     """HNSW recall@10 of pgvector against exact inner product (first 50 queries)."""
-    ids = np.array([chunk_int_id(f"c{i}") for i in range(len(vecs))])
+    ids = np.array([chunk_int_id(cid(i)) for i in range(len(vecs))])
     hits = 0
     for _, qv in qs[:50]:
         exact = set(ids[np.argsort(-(vecs @ qv))[:k]].tolist())
@@ -177,27 +301,74 @@ def recall(pi: PgIndex, vecs: np.ndarray, qs: list, k: int = 10) -> float:
     return hits / (50 * k)
 
 
+def server_memory(pg: LocalPostgres) -> int:
+    """Proportional set size of the postmaster and its children (shared buffers counted once)."""
+    import psutil
+
+    root = psutil.Process(pg.proc.pid)
+    total = 0
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error, AttributeError):  # a worker that exited meanwhile
+            total += p.memory_full_info().pss
+    return total
+
+
+def run_postgres(n: int, n_queries: int, replica: bool, res: dict) -> tuple[np.ndarray, list]:
+    """Load, index and query one local server (and its replica); fills res["postgres"] / res["replica"]."""
+    settings = {"shared_buffers": "2GB", "maintenance_work_mem": "3GB", "max_parallel_maintenance_workers": "2",
+                "work_mem": "64MB", "max_wal_size": "4GB", "checkpoint_timeout": "30min"}
+    with LocalPostgres(settings=settings) as pg:
+        rep = pg.start_replica() if replica else None
+        try:
+            store = PgDocumentStore(pg.dsn, statement_timeout_ms=0)
+            pg_res, vecs = load_pg(store, n, rep)
+            pi = pg_res.pop("index")
+            qs = queries(n_queries, vecs)
+            pg_res["search"] = bench_pg(pi, qs)
+            pg_res["hnsw_recall_at_10"] = round(recall(pi, vecs, qs), 3)
+            pg_res["server_pss_bytes"] = server_memory(pg)
+            res["postgres"] = pg_res
+            print(json.dumps(res, indent=1), flush=True)
+            if rep is not None:
+                lag = rep.replay_lag(timeout=1800)
+                rstore = PgDocumentStore(pg.dsn, statement_timeout_ms=0, read_dsn=rep.dsn)
+                rpi = PgIndex(rstore, "scale", pi.cfg, lambda: SyntheticEmbedder(), pi.analyzer)
+                rpi.stats = pi.stats
+                res["replica"] = {"replay_after_queries_s": round(lag["seconds"], 1),
+                                  "search": bench_pg(rpi, qs), "server_pss_bytes": server_memory(rep)}
+                rstore.close()
+                print(json.dumps(res["replica"], indent=1), flush=True)
+            store.close()
+        finally:
+            if rep is not None:
+                rep.cleanup()
+    return vecs, qs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--peers", default="flat,hnsw",
+                    help="in-process peers to run (flat, hnsw; empty for none)")
+    ap.add_argument("--replica", action="store_true",
+                    help="also start a streaming read replica (before the load), measure its replay lag after "
+                         "the bulk load and the same queries through it (storage.read_dsn)")
+    ap.add_argument("--no-postgres", action="store_true", help="only the in-process peers (same data and queries)")
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "scale.json"))
     args = ap.parse_args()
+    t_start = time.perf_counter()
     res: dict = {"n": args.n, "dim": DIM, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()[0]}
-    with LocalPostgres(settings={"shared_buffers": "2GB", "maintenance_work_mem": "2GB",
-                                 "max_parallel_maintenance_workers": "2", "work_mem": "64MB"}) as pg:
-        store = PgDocumentStore(pg.dsn, statement_timeout_ms=0)
-        pg_res, vecs = load_pg(store, args.n)
-        pi = pg_res.pop("index")
+    if args.no_postgres:
+        vecs = np.concatenate([v for _, v, _ in corpus(args.n)])
         qs = queries(args.queries, vecs)
-        pg_res["search"] = bench_pg(pi, qs)
-        pg_res["hnsw_recall_at_10"] = round(recall(pi, vecs, qs), 3)
-        res["postgres"] = pg_res
-        print(json.dumps(res, indent=1), flush=True)
-        store.close()
-    res["in_process_flat"] = bench_local(args.n, vecs, qs, "flat")
-    res["in_process_hnsw"] = bench_local(args.n, vecs, qs, "hnsw")
+    else:
+        vecs, qs = run_postgres(args.n, args.queries, args.replica, res)
+        res["postgres_total_s"] = round(time.perf_counter() - t_start, 1)
+    for kind in [p for p in args.peers.split(",") if p]:
+        res[f"in_process_{kind}"] = bench_local(args.n, vecs, qs, kind)
     res["load_avg_end"] = os.getloadavg()[0]
+    res["wall_s"] = round(time.perf_counter() - t_start, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))
