@@ -99,6 +99,9 @@ class AnalyzerConfig(_Strict):
     stemming: Literal["english"] | None = "english"
     stopwords: Literal["english"] | None = "english"
     cjk: Literal["bigram", "unigram", "bigram+unigram"] = "bigram+unigram"
+    # Han characters folded to one script in documents and queries alike (retrieval/analyzer.py):
+    # a Simplified query then matches a Traditional document and vice versa
+    cjk_fold: Literal["simplified", "none"] = "simplified"
     min_token_len: int = 1
 
 
