@@ -20,6 +20,9 @@ def register(sub) -> None:
     r.add_argument("--run", metavar="OUT", help="write the ranked lists in TREC run format")
     r.add_argument("--doc-score", choices=["max", "mean"], default="max",
                    help="a document's score from its chunks' scores: the best one, or their mean")
+    r.add_argument("--holdout", type=float, default=0.0, metavar="F",
+                   help="score only the queries a reranker trained with `rag rerank train --holdout F` never "
+                        "saw (applied before --limit/--sample)")
     r.set_defaults(func=run_retrieval)
     q = esub.add_parser("qa", help="answer EM/F1, refusals and citations end to end through the pipeline")
     _common(q, "dev")
@@ -102,7 +105,8 @@ def run_retrieval(args: argparse.Namespace) -> int:
     from eval.trec import write_trec_run
 
     cfg = config_from(args)
-    ds = load_beir(args.dataset, args.split, args.limit, args.sample, args.seed, with_corpus=False)
+    ds = load_beir(args.dataset, args.split, args.limit, args.sample, args.seed, with_corpus=False,
+                   holdout=args.holdout, part="holdout" if args.holdout else "rest")
     ks = _ks(args.ks)
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:

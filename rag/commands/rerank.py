@@ -59,6 +59,16 @@ def mining_embedder(args: argparse.Namespace):
     return make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
 
 
+def corpus_chooser(args: argparse.Namespace):
+    """Per corpus, the embedder and fusion weights its language gets in `rag index` (`embedder.model:
+    auto`: e5 and BM25-leaning weights for Chinese, MiniLM 1/1 for English); an explicit model is
+    used for every corpus, as before. Cached in the storage's embedding cache."""
+    from rerank.training.mining import language_aware
+
+    cfg = config_from(args)
+    return language_aware(cfg.retrieval, cfg.storage_path / "embeddings.sqlite")
+
+
 def _weights(text: str) -> list[float]:
     try:
         ws = [float(w) for w in text.split(",") if w.strip()]
@@ -99,7 +109,9 @@ def run_train(args: argparse.Namespace) -> int:
     from rerank.training.train import train_cross_encoder
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    info = train_cross_encoder(train_config(args, lr=5e-5), embedder=mining_embedder(args))
+    chooser = corpus_chooser(args) if args.mine != "bm25" else None
+    info = train_cross_encoder(train_config(args, lr=5e-5), embedder=None if chooser else mining_embedder(args),
+                               chooser=chooser)
     print_json(info)
     return 0
 
@@ -114,7 +126,8 @@ def run_eval(args: argparse.Namespace) -> int:
     emb = make_embedder(cfg.retrieval.embedder, cfg.storage_path / "embeddings.sqlite")
     data = load_beir(args.dataset, args.split, max_queries=args.max_queries, holdout=args.holdout,
                      part="holdout" if args.holdout else "rest")
-    runs = retrieval_runs(data, emb, modes=("hybrid",))
+    # the hybrid this corpus's language gets by default (BM25 reported beside it: the floor)
+    runs = retrieval_runs(data, emb, modes=("bm25", "hybrid"), chooser=corpus_chooser(args))
     reranker = build_reranker({"type": args.type, "model": args.model, "depth": args.depth,
                                "max_length": args.max_length, "bf16": args.bf16}, embedder=emb)
     runs["hybrid+rerank"], secs = rerank_run(data, runs["hybrid"], reranker, args.depth, args.cache)

@@ -17,12 +17,13 @@ from retrieval.beir import BeirDataset
 from retrieval.fusion import blend
 
 from ..base import Reranker
-from .mining import CorpusRetriever, Run, ndcg_at_k
+from .mining import Chooser, Run, corpus_retriever, ndcg_at_k
 
 
-def retrieval_runs(data: BeirDataset, embedder, modes=("bm25", "dense", "hybrid"), k: int = 100) -> dict[str, Run]:
+def retrieval_runs(data: BeirDataset, embedder, modes=("bm25", "dense", "hybrid"), k: int = 100,
+                   chooser: Chooser | None = None) -> dict[str, Run]:
     texts = data.texts()
-    retriever = CorpusRetriever(list(texts), list(texts.values()), embedder=embedder)
+    retriever = corpus_retriever(list(texts), list(texts.values()), embedder, chooser)
     return {m: retriever.search_many(data.queries, k=k, mode=m) for m in modes}
 
 

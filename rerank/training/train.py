@@ -124,8 +124,9 @@ def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int
     return info
 
 
-def train_cross_encoder(cfg: TrainConfig, embedder=None) -> dict:
-    """Train and save a one-logit cross-encoder to `cfg.out`; returns the run summary."""
+def train_cross_encoder(cfg: TrainConfig, embedder=None, chooser=None) -> dict:
+    """Train and save a one-logit cross-encoder to `cfg.out`; returns the run summary.
+    `chooser` (`mining.language_aware`) mines each corpus behind the retriever its language gets."""
     import torch
     from datasets import Dataset
     from sentence_transformers.cross_encoder import (
@@ -141,7 +142,7 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None) -> dict:
     out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
     out.mkdir(parents=True, exist_ok=True)
     examples = mine_examples(cfg.datasets, cfg.split, cfg.negatives, cfg.mine, _mining_embedder(cfg, embedder),
-                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout)
+                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout, chooser)
     data = Dataset.from_dict(as_pairs(examples))
     model = CrossEncoder(cfg.base, num_labels=1, max_length=cfg.max_length)
     # Positives are 1 in (1 + negatives): weight them so the loss is not won by predicting "no".

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .beir import dataset_spec, guard_split, load_beir
-from .mining import CorpusRetriever, mine_negatives
+from .mining import Chooser, corpus_retriever, mine_negatives
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,11 @@ class Example:
 
 def mine_examples(folders: Sequence[str | Path], default_split: str = "train", negatives: int = 3,
                   mode: str = "hybrid", embedder=None, seed: int = 42, pool: int = 30,
-                  max_queries: int | None = None, holdout: float = 0.0) -> list[Example]:
+                  max_queries: int | None = None, holdout: float = 0.0,
+                  chooser: Chooser | None = None) -> list[Example]:
     """One example per (query, positive) with `negatives` sampled from the retriever's top `pool`.
     A folder may name its own split as `DIR:SPLIT`; `holdout` leaves that fraction of each split's
-    queries out (see `load_beir`)."""
+    queries out (see `load_beir`). `chooser` picks embedder and weights per corpus (language)."""
     out: list[Example] = []
     for entry in folders:
         folder, split = dataset_spec(entry, default_split)
@@ -38,8 +39,8 @@ def mine_examples(folders: Sequence[str | Path], default_split: str = "train", n
         data = load_beir(folder, split, max_queries=max_queries, holdout=holdout)
         corpus = data.texts()
         ids, texts = list(corpus), list(corpus.values())
-        use = mode if embedder is not None else "bm25"
-        retriever = CorpusRetriever(ids, texts, embedder=embedder if use != "bm25" else None)
+        retriever = corpus_retriever(ids, texts, embedder, chooser if mode != "bm25" else None)
+        use = mode if retriever.embedder is not None else "bm25"
         run = retriever.search_many(data.queries, k=pool + 10, mode=use)
         negs = mine_negatives(run, data.qrels, negatives, seed=seed, pool=pool)
         _top_up(negs, data.qrels, ids, negatives, seed)

@@ -180,7 +180,7 @@ def test_cli_eval_on_holdout_sweeps_blend_weights(tiny_cross_encoder, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["queries"] == len(held.queries) and out["holdout"] == 0.5
-    assert {"hybrid", "hybrid+rerank", "hybrid+rerank(rrf w=0.3)", "hybrid+rerank(rrf w=0.7)"} <= set(out["ndcg@10"])
+    assert {"bm25", "hybrid", "hybrid+rerank", "hybrid+rerank(rrf w=0.3)", "hybrid+rerank(rrf w=0.7)"} <= set(out["ndcg@10"])
     assert out["best_fuse_weight"] in (0.3, 0.7)
     bad = subprocess.run([sys.executable, "-m", "rag", "rerank", "eval", "--dataset", str(root), "--fuse", "1.5"],
                          capture_output=True, text=True, env=env, timeout=120)
