@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .store import DocumentStore, Outcome
+from .store import DROPPED_KEYS, DocumentStore, Outcome, dropped_query
 from .types import Chunk, Document
 
 SCHEMA = """
@@ -244,14 +244,8 @@ class PgDocumentStore:
 
     def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Dropped documents, newest first, leaving out ids that were stored since."""
-        q = ("SELECT x.collection, x.doc_id, x.source, x.reason, x.duplicate_of, x.dropped_at FROM dropped x "
-             "WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.collection = x.collection AND d.doc_id = x.doc_id)")
-        args: list[Any] = []
-        if collection is not None:
-            q, args = q + " AND x.collection=%s", [collection]
-        q += " ORDER BY x.dropped_at DESC, x.doc_id LIMIT %s"
-        keys = ("collection", "doc_id", "source", "reason", "duplicate_of", "dropped_at")
-        return [dict(zip(keys, r, strict=True)) for r in self._all(q, [*args, limit])]
+        q, args = dropped_query(collection, "%s")
+        return [dict(zip(DROPPED_KEYS, r, strict=True)) for r in self._all(q, [*args, limit])]
 
     # ---- reads --------------------------------------------------------------------------
     def _one(self, q: str, args: tuple = ()) -> Any:

@@ -77,6 +77,20 @@ _CHUNK_COLS = (
 )
 
 
+DROPPED_KEYS = ("collection", "doc_id", "source", "reason", "duplicate_of", "dropped_at")
+
+
+def dropped_query(collection: str | None, mark: str) -> tuple[str, list[Any]]:
+    """`list_dropped`'s SQL for both stores (`mark`: the driver's placeholder, ? or %s); the caller
+    appends the LIMIT value to the returned arguments."""
+    q = (f"SELECT {', '.join('x.' + k for k in DROPPED_KEYS)} FROM dropped x WHERE NOT EXISTS "
+         "(SELECT 1 FROM documents d WHERE d.collection = x.collection AND d.doc_id = x.doc_id)")
+    args: list[Any] = []
+    if collection is not None:
+        q, args = q + f" AND x.collection={mark}", [collection]
+    return q + f" ORDER BY x.dropped_at DESC, x.doc_id LIMIT {mark}", args
+
+
 class DocumentStore:
     """Documents and chunks of all collections in one SQLite file."""
 
@@ -216,14 +230,9 @@ class DocumentStore:
 
     def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Dropped documents, newest first, leaving out ids that were stored since."""
-        q = ("SELECT x.collection, x.doc_id, x.source, x.reason, x.duplicate_of, x.dropped_at FROM dropped x "
-             "WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.collection = x.collection AND d.doc_id = x.doc_id)")
-        args: list[Any] = []
-        if collection is not None:
-            q, args = q + " AND x.collection=?", [collection]
-        q += " ORDER BY x.dropped_at DESC, x.doc_id LIMIT ?"
-        keys = ("collection", "doc_id", "source", "reason", "duplicate_of", "dropped_at")
-        return [dict(zip(keys, r, strict=True)) for r in self._db.execute(q, [*args, -1 if limit is None else limit])]
+        q, args = dropped_query(collection, "?")
+        rows = self._db.execute(q, [*args, -1 if limit is None else limit])
+        return [dict(zip(DROPPED_KEYS, r, strict=True)) for r in rows]
 
     def language_counts(self, collection: str = "default") -> dict[str, int]:
         """Chunks per detected language: the retriever picks the embedder from this mix."""
