@@ -49,7 +49,8 @@ class AnswerConfig(BaseModel):
         "null: the calibrated value, else never"))
     verify: bool = Field(True, description=(
         "grounded short mode: ask the model whether the passage holding the span answers the question "
-        "(two one-token prompts); the calibrated refusal weighs these checks with the span signals"))
+        "(two one-token prompts) when a calibrated refusal model for the generator will weigh them (or while "
+        "`rag eval calibrate` runs)"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 

@@ -48,6 +48,7 @@ class Pipeline:
         self._reranker: Reranker | None = None
         self._compressor: Compressor | None = None
         self._refusal: tuple[RefusalModel | None] | None = None  # loaded once: (model or None,)
+        self.record_signals = False  # run the answerability checks even without a refusal model (calibration)
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
 
@@ -264,6 +265,8 @@ class Pipeline:
         that contains it; {} when they are off or the decoder already took the refusal path."""
         if not self.cfg.answer.verify or span.refused or not span.steps or not text.strip():
             return {}
+        if not self.record_signals and self._refusal_model() is None:
+            return {}  # no calibrated model reads them: two prompts for nothing (SmolLM2, a user GGUF)
         from .answerability import check_signals
 
         t1 = time.perf_counter()

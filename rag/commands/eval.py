@@ -162,6 +162,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     cfg.answer.refuse_margin = 1e9  # always take the best span; the thresholds are chosen afterwards
     cfg.answer.refuse_min_logprob = -1e9
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
+    pipe.record_signals = True  # the checks are features of the model being fitted
     points = []
     try:
         from tqdm import tqdm

@@ -134,3 +134,18 @@ def test_answerability_checks_feed_the_calibrated_refusal(pipeline):
         cfg.answer.verify = True
         path.unlink(missing_ok=True)
         pipeline._refusal = None
+
+
+def test_checks_run_only_when_something_reads_them(pipeline):
+    """Catches two extra prompts per short answer for a generator with no refusal model (a hot-path
+    waste), and calibration losing the check signals it fits on."""
+    pipeline._refusal = None
+    assert pipeline._refusal_model() is None  # SmolLM2 has no shipped or local calibration
+    a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+    assert "check_passage" not in a.signals and "check" not in a.timings_ms
+    pipeline.record_signals = True
+    try:
+        b = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+    finally:
+        pipeline.record_signals = False
+    assert {"check_passage", "check_answer"} <= set(b.signals) and "p_unanswerable" not in b.signals
