@@ -32,6 +32,9 @@ def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUT/checkpoints")
     p.add_argument("--head-lr-multiplier", type=float, default=None,
                    help="cross-encoder: learning-rate factor of the new scoring head (default from TrainConfig)")
+    p.add_argument("--freeze-embeddings", action="store_true",
+                   help="keep the word-embedding matrix fixed (a large multilingual vocabulary "
+                        "makes every optimizer step slow on CPU)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="bf16 autocast (auto: where the CPU/GPU has fast bf16)")
 
@@ -42,6 +45,8 @@ def train_config(args: argparse.Namespace, lr: float):
     extra = {"base": args.base} if args.base else {}
     if args.head_lr_multiplier:
         extra["head_lr_multiplier"] = args.head_lr_multiplier
+    if getattr(args, "freeze_embeddings", False):
+        extra["freeze_embeddings"] = True
     return TrainConfig(datasets=args.dataset, out=args.out, split=args.split, max_steps=args.max_steps,
                        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr or lr,
                        max_length=args.max_length, negatives=args.negatives, mine=args.mine,

@@ -45,6 +45,11 @@ class TrainConfig(BaseModel):
         "the encoder. None = 40 when the base has no trained head (an embedding model: its tiny "
         "random head passes almost no gradient back and the loss sits at chance for hundreds of "
         "steps; measured here), 1 when it is already a reranker being fine-tuned"))
+    freeze_embeddings: bool = Field(False, description=(
+        "keep the word-embedding matrix fixed. multilingual-e5-small's 250k-token "
+        "vocabulary is 82 % of its weights; AdamW still updates every row each step, which was a third "
+        "of a CPU step here (0.8 of 2.4 s at 384 tokens), while the rows a few thousand pairs touch "
+        "barely move"))
     warmup_ratio: float = 0.1
     max_length: int = 256
     seed: int = 42
@@ -118,6 +123,7 @@ def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int
             "steps": steps, "seed": cfg.seed, "mine": cfg.mine,
             "negatives": cfg.negatives if kind == "cross-encoder" else 1,
             "max_length": cfg.max_length, "lr": cfg.lr, "epochs": cfg.epochs, "bf16": _bf16(cfg),
+            "freeze_embeddings": cfg.freeze_embeddings,
             "wall_s": round(time.time() - t0, 1)}
     (out / "training.json").write_text(json.dumps(info, indent=2))
     shutil.rmtree(ckpt_dir, ignore_errors=True)  # optimizer states are 3x the model; the run is done
@@ -145,6 +151,8 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None, chooser=None) -> dict:
                              cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout, chooser)
     data = Dataset.from_dict(as_pairs(examples))
     model = CrossEncoder(cfg.base, num_labels=1, max_length=cfg.max_length)
+    if cfg.freeze_embeddings:
+        freeze_word_embeddings(model.model)
     # Positives are 1 in (1 + negatives): weight them so the loss is not won by predicting "no".
     loss = BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(float(cfg.negatives)))
     args = _training_args(CrossEncoderTrainingArguments, cfg, ckpt_dir)
@@ -156,6 +164,11 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None, chooser=None) -> dict:
 
 
 NEW_HEAD_LR_MULTIPLIER = 40.0
+
+
+def freeze_word_embeddings(module) -> None:
+    """Word embeddings out of training (position/type embeddings and LayerNorm still learn)."""
+    module.get_input_embeddings().weight.requires_grad_(False)
 
 
 def _has_trained_head(base: str) -> bool:
@@ -204,6 +217,8 @@ def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
                              cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout)
     data = Dataset.from_dict(as_triplets(examples))
     model = SentenceTransformer(cfg.base)
+    if cfg.freeze_embeddings:
+        freeze_word_embeddings(model[0].auto_model)
     serve_length = model.max_seq_length  # train short for speed, serve at the base model's window
     model.max_seq_length = cfg.max_length
     args = _training_args(SentenceTransformerTrainingArguments, cfg, ckpt_dir,

@@ -185,3 +185,30 @@ def test_cli_eval_on_holdout_sweeps_blend_weights(tiny_cross_encoder, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rag", "rerank", "eval", "--dataset", str(root), "--fuse", "1.5"],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode != 0 and "[0, 1]" in bad.stderr
+
+
+def test_freeze_embeddings_keeps_the_word_matrix_and_trains_the_rest(tmp_path):
+    """`--freeze-embeddings` reaches the trainer: the saved word embeddings equal the base's, the
+    encoder layers moved, and the summary records it (a large multilingual vocabulary made every
+    optimizer step slow on CPU)."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from rag.cli import build_parser
+    from rag.commands.rerank import train_config
+    from rerank.models import minilm_dir
+
+    args = build_parser().parse_args(["rerank", "train", "--dataset", "x", "--freeze-embeddings"])
+    assert train_config(args, lr=5e-5).freeze_embeddings is True
+    root = write_beir(tmp_path / "beir")
+    out = tmp_path / "ce"
+    info = train_cross_encoder(TrainConfig(datasets=[str(root)], out=str(out), mine="bm25", max_steps=3,
+                                           batch_size=8, lr=1e-3, max_length=48, precision="fp32",
+                                           freeze_embeddings=True, progress=False))
+    assert info["freeze_embeddings"] is True
+    base, trained = CrossEncoder(str(minilm_dir()), num_labels=1).model, CrossEncoder(str(out)).model
+    emb = (base.get_input_embeddings().weight, trained.get_input_embeddings().weight)
+    assert torch.equal(*emb)
+    layer = "encoder.layer.0.attention.self.query.weight"
+    moved = dict(base.base_model.named_parameters())[layer], dict(trained.base_model.named_parameters())[layer]
+    assert not torch.equal(*moved)
