@@ -144,6 +144,9 @@ def run_qa(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
     from eval.answers import token_f1
     from eval.calibrate import Point, calibration_items, fit_refusal_model, pick_margin
     from eval.datasets import load_qa
@@ -164,6 +167,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     pipe.record_signals = True  # the checks are features of the model being fitted
     points = []
+    # --points is written as it goes (one JSON line per question, flushed), so an interrupted
+    # hour-long run keeps what it measured and can be refitted offline.
+    sink = open(args.points, "w", encoding="utf-8") if args.points else None  # noqa: SIM115
     try:
         from tqdm import tqdm
 
@@ -174,24 +180,24 @@ def run_calibrate(args: argparse.Namespace) -> int:
             f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
             points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
                                 a.signals.get("min_logprob", 0.0), dict(a.signals)))
+            if sink is not None:
+                sink.write(json.dumps({**dataclasses.asdict(points[-1]), "id": it.id, "answer": text}) + "\n")
+                sink.flush()
     finally:
         pipe.close()
+        if sink is not None:
+            sink.close()
     best = pick_margin(points, args.max_false_refusal)  # span-only thresholds: the fallback without checks
     if cfg.answer.verify:
         fitted = fit_refusal_model(points, args.max_false_refusal)
         best = {**best, "refusal_model": fitted["refusal_model"],
                 **{k: fitted[k] for k in ("f1", "refusal_acc", "false_refusal")}}
-    if args.points:
-        import dataclasses
-        import json
-
-        with open(args.points, "w", encoding="utf-8") as fh:
-            for pt in points:
-                fh.write(json.dumps(dataclasses.asdict(pt)) + "\n")
     model = cfg.generator.engine.model
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
-                                  "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}"})
+                                  "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
+                                  "quantization": cfg.generator.engine.quantization,
+                                  "dtype": cfg.generator.engine.dtype})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
