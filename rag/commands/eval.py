@@ -197,13 +197,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
                                   "quantization": cfg.generator.engine.quantization,
-                                  "dtype": cfg.generator.engine.dtype})
+                                  "dtype": _resolved_dtype(cfg)})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
     return 0
+
+
+def _resolved_dtype(cfg) -> str:
+    """What `dtype: auto` became on this machine (the signals of bf16 and fp32 runs differ a little)."""
+    eng = cfg.generator.engine
+    return str(eng.resolved_dtype(eng.resolved_device())).removeprefix("torch.")
 
 
 def run_ablate(args: argparse.Namespace) -> int:
