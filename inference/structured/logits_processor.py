@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .json_automaton import JsonAutomaton, State
+from .token_bytes import token_bytes
 
 _SPECIAL = set('"\\') | {chr(i) for i in range(0x20)}
 
@@ -23,15 +24,13 @@ class _Vocab:
     """Decoded token strings and a trie over them, shared by every processor of a tokenizer."""
 
     def __init__(self, tokenizer: Any):
-        n = len(tokenizer)
+        # The strings come from the one vocabulary walk (`token_bytes`, shared with the grounded span
+        # constraint). A token whose bytes are a partial UTF-8 character cannot be validated
+        # character by character, so it is left out (None), like specials.
+        tb = token_bytes(tokenizer)
+        n = tb.size
         self.size = n
-        special = set(getattr(tokenizer, "all_special_ids", []) or [])
-        self.strings: list[str | None] = []
-        for i in range(n):
-            s = None if i in special else tokenizer.decode([i])
-            if s is not None and ("\ufffd" in s or s == ""):
-                s = None  # partial UTF-8 pieces cannot be validated character by character
-            self.strings.append(s)
+        self.strings: list[str | None] = [_utf8(b) for b in tb.bytes_of]
         self.trie: dict = {}
         for i, s in enumerate(self.strings):
             if s is None:
@@ -50,6 +49,15 @@ class _Vocab:
             else:
                 self.special_ids.append(i)
         self.plain = plain
+
+
+def _utf8(b: bytes | None) -> str | None:
+    if not b:
+        return None
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 _VOCABS: dict[int, _Vocab] = {}
