@@ -11,8 +11,16 @@ from pathlib import Path
 from indexing.models import package_dir as _package_dir
 from indexing.models import resolve_model
 
-BUILD_HINT = ("build it with `make reranker` (trains into .rag/models/reranker) or "
+BUILD_HINT = ("build it with `make {target}` (trains into .rag/models/{target}) or "
               "`rag rerank train --dataset DIR --out {path}`")
+# The make targets that train a reranker, by the directory they train into.
+MAKE_TARGETS = ("reranker", "reranker-zh")
+
+
+def build_hint(path: str) -> str:
+    """How to build a missing local reranker: the make target whose directory it names, if any."""
+    name = Path(path).name
+    return BUILD_HINT.format(target=name if name in MAKE_TARGETS else "reranker", path=path)
 
 
 def package_dir(name: str) -> Path:
@@ -41,7 +49,7 @@ def resolve_cross_encoder(name: str) -> str:
     if looks_local(name):
         p = Path(name).expanduser()
         if not (p / "config.json").is_file():
-            raise FileNotFoundError(f"reranker model {name!r} not found; " + BUILD_HINT.format(path=name))
+            raise FileNotFoundError(f"reranker model {name!r} not found; " + build_hint(name))
         return str(p)
     return name
 
@@ -49,4 +57,4 @@ def resolve_cross_encoder(name: str) -> str:
 def hub_error(name: str, err: Exception) -> FileNotFoundError:
     return FileNotFoundError(
         f"reranker model {name!r} is not in the local Hugging Face cache and the hub is unreachable "
-        f"({type(err).__name__}); " + BUILD_HINT.format(path=".rag/models/reranker"))
+        f"({type(err).__name__}); " + build_hint(".rag/models/reranker"))

@@ -102,6 +102,9 @@ def test_config_round_trip_and_strictness(minilm_embedder):
 def test_missing_local_model_says_how_to_build_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="make reranker"):
         build_reranker({"type": "cross-encoder", "model": str(tmp_path / "nope")})
+    # the multilingual one names its own target (configs/multilingual_rerank.yaml points there)
+    with pytest.raises(FileNotFoundError, match=r"make reranker-zh\b"):
+        build_reranker({"type": "cross-encoder", "model": str(tmp_path / "reranker-zh")})
 
 
 def test_trained_cross_encoder_orders_english_queries(tiny_cross_encoder):
