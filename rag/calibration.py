@@ -11,6 +11,7 @@ Lookup order: `answer.*` thresholds in the config, then the local file `rag eval
 (`<storage.path>/calibration.json`), then the entries shipped with the package for the catalogue
 models (`rag/calibration_defaults.json`, fitted the same way on SQuAD v2 dev questions outside the
 reported sample), so `rag models install qwen2.5-0.5b` refuses sensibly without a calibration run.
+An entry applies only to questions in the languages it lists (`applies_to`).
 """
 
 from __future__ import annotations
@@ -72,16 +73,29 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
-def load_thresholds(path: Path, model: str, shipped: bool = True) -> dict[str, Any]:
-    """The entry for `model` in the local file, else the shipped one ({} when neither has it)."""
-    entry = _read(path).get(model)
-    if entry is None and shipped:
-        entry = _read(SHIPPED).get(model)
+def applies_to(entry: dict[str, Any], language: str | None) -> bool:
+    """Whether a calibration entry may decide refusals for a question in `language`.
+
+    Why: the refusal model weighs the generator's confidence, and how confident a model is differs
+    by language (the 0.5B model's SQuAD-fitted refusals turned down 40 % of answerable DRCD
+    questions). An entry lists the languages it was fitted on (`languages`, ISO 639-1), plus those
+    a transfer check on held-out data allowed; an entry without the list (older files) applies to
+    every language, and so does a question whose language is unknown (None or "")."""
+    langs = entry.get("languages")
+    return not langs or not language or language in langs
+
+
+def load_thresholds(path: Path, model: str, shipped: bool = True, language: str | None = None) -> dict[str, Any]:
+    """The entry for `model` in the local file, else the shipped one, skipping an entry that does
+    not cover `language` ({} when none applies)."""
+    entries = [_read(path).get(model)] + ([_read(SHIPPED).get(model)] if shipped else [])
+    entry = next((e for e in entries if e is not None and applies_to(e, language)), None)
     return dict(entry or {})
 
 
-def load_refusal_model(path: Path, model: str, shipped: bool = True) -> RefusalModel | None:
-    entry = load_thresholds(path, model, shipped)
+def load_refusal_model(path: Path, model: str, shipped: bool = True,
+                       language: str | None = None) -> RefusalModel | None:
+    entry = load_thresholds(path, model, shipped, language)
     return RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None
 
 

@@ -47,7 +47,7 @@ class Pipeline:
         self._planner: QueryPlanner | None = None
         self._reranker: Reranker | None = None
         self._compressor: Compressor | None = None
-        self._refusal: tuple[RefusalModel | None] | None = None  # loaded once: (model or None,)
+        self._refusal: dict[str, RefusalModel | None] | None = None  # per question language, loaded once
         self.record_signals = False  # run the answerability checks even without a refusal model (calibration)
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
@@ -201,7 +201,7 @@ class Pipeline:
                 gen.tokenizer, len(built.passages), self._eos_ids(), self.cfg.prompt.refusal)]
         if mode == "short" and self.cfg.answer.grounded and self.cfg.generator.backend == "engine":
             # (a remote backend has no logits to mask: its short answers are prompted only)
-            params.logits_processors = [*params.logits_processors, self._span_processor(built, params)]
+            params.logits_processors = [*params.logits_processors, self._span_processor(built, params, question)]
             answer.grounded = True
         answer.passages = built.passages
         answer.dropped_passages = [p.chunk_id for p in built.dropped]
@@ -265,7 +265,7 @@ class Pipeline:
         that contains it; {} when they are off or the decoder already took the refusal path."""
         if not self.cfg.answer.verify or span.refused or not span.steps or not text.strip():
             return {}
-        if not self.record_signals and self._refusal_model() is None:
+        if not self.record_signals and self._refusal_model(answer.question) is None:
             return {}  # no calibrated model reads them: two prompts for nothing (SmolLM2, a user GGUF)
         from .answerability import check_signals
 
@@ -276,44 +276,50 @@ class Pipeline:
         answer.timings_ms["check"] = _ms(t1)
         return out
 
-    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams) -> GroundedSpanProcessor:
+    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams,
+                        question: str = "") -> GroundedSpanProcessor:
         texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
         return GroundedSpanProcessor(texts, self.generator.tokenizer, self.cfg.prompt.refusal,
                                      eos_token_id=self._eos_ids(),
-                                     max_tokens=params.max_tokens, refuse_margin=self.refuse_margin)
+                                     max_tokens=params.max_tokens, refuse_margin=self._refuse_margin(question))
 
     def _eos_ids(self) -> set[int] | int | None:
         engine = getattr(self.generator.engine, "engine", None)
         return getattr(engine, "eos_token_ids", None) or self.generator.tokenizer.eos_token_id
 
-    def _threshold(self, key: str) -> float | None:
-        """`answer.<key>`, else what `rag eval calibrate` stored for this model."""
+    def _threshold(self, key: str, question: str = "") -> float | None:
+        """`answer.<key>`, else what `rag eval calibrate` stored for this model and the question's
+        language."""
         ac = self.cfg.answer
         if getattr(ac, key) is not None:
             return getattr(ac, key)
         from .calibration import calibration_path, load_thresholds
 
         entry = load_thresholds(calibration_path(self.cfg.storage_path, ac.calibration),
-                                self.cfg.generator.engine.model)
+                                self.cfg.generator.engine.model, language=_language(question))
         return entry.get(key)
 
-    def _refusal_model(self) -> RefusalModel | None:
-        """The calibrated refusal model of this generator, unless the config sets thresholds itself
-        or the answerability checks it needs are off."""
+    def _refusal_model(self, question: str = "") -> RefusalModel | None:
+        """The calibrated refusal model of this generator for the question's language, unless the
+        config sets thresholds itself or the answerability checks it needs are off."""
         ac = self.cfg.answer
         if not ac.verify or ac.refuse_margin is not None or ac.refuse_min_logprob is not None:
             return None
+        lang = _language(question)
         if self._refusal is None:
+            self._refusal = {}
+        if lang not in self._refusal:
             from .calibration import calibration_path, load_refusal_model
 
-            self._refusal = (load_refusal_model(calibration_path(self.cfg.storage_path, ac.calibration),
-                                                self.cfg.generator.engine.model),)
-        return self._refusal[0]
+            self._refusal[lang] = load_refusal_model(calibration_path(self.cfg.storage_path, ac.calibration),
+                                                     self.cfg.generator.engine.model, language=lang)
+        return self._refusal[lang]
 
-    @property
-    def refuse_margin(self) -> float | None:
+    def _refuse_margin(self, question: str = "") -> float | None:
         # With a refusal model the span path is always taken; the model weighs the margin itself.
-        return float("inf") if self._refusal_model() is not None else self._threshold("refuse_margin")
+        if self._refusal_model(question) is not None:
+            return float("inf")
+        return self._threshold("refuse_margin", question)
 
     def finish(self, answer: Answer, out: RequestOutput | None, markers: MarkerFilter, t0: float,
                span: GroundedSpanProcessor | None = None, checks: dict[str, float] | None = None) -> Answer:
@@ -333,12 +339,13 @@ class Pipeline:
                        "span_logprob": span.span_logprob, "min_logprob": span.min_logprob,
                        "span_tokens": float(span.steps), **(checks or {})}
         if span is not None and not refused and span.steps:
-            model = self._refusal_model()
+            model = self._refusal_model(answer.question)
             decided = model.refuses(signals) if model is not None else None
             if decided is not None:
                 refused = decided
                 signals["p_unanswerable"] = model.probability(signals)  # type: ignore[union-attr]
-            elif (low := self._threshold("refuse_min_logprob")) is not None and span.min_logprob < low:
+            elif (low := self._threshold("refuse_min_logprob", answer.question)) is not None and \
+                    span.min_logprob < low:
                 refused = True  # a span the model had to guess a token of: not supported well enough
         if answer.mode == "short":
             if span is not None and not refused and span.steps:
@@ -388,6 +395,13 @@ class Pipeline:
         if self._generator is not None:
             self._generator.close()
         self.store.close()
+
+
+def _language(question: str) -> str:
+    """The question's language for choosing a calibration entry ("" when there is no question)."""
+    from indexing.language import detect_language
+
+    return detect_language(question) if question else ""
 
 
 def _ms(t0: float) -> float:

@@ -197,13 +197,24 @@ def run_calibrate(args: argparse.Namespace) -> int:
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
                                   "quantization": cfg.generator.engine.quantization,
-                                  "dtype": _resolved_dtype(cfg)})
+                                  "dtype": _resolved_dtype(cfg), "languages": _languages(items)})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
     return 0
+
+
+def _languages(items) -> list[str]:
+    """The languages the refusal model was fitted on (each >= 20 % of the calibration questions):
+    the pipeline applies the entry only to questions in these (`rag/calibration.py: applies_to`)."""
+    from collections import Counter
+
+    from indexing.language import detect_language
+
+    counts = Counter(detect_language(it.question) or "und" for it in items)
+    return sorted(lang for lang, n in counts.items() if n >= 0.2 * len(items) and lang != "und")
 
 
 def _resolved_dtype(cfg) -> str:

@@ -149,3 +149,25 @@ def test_checks_run_only_when_something_reads_them(pipeline):
     finally:
         pipeline.record_signals = False
     assert {"check_passage", "check_answer"} <= set(b.signals) and "p_unanswerable" not in b.signals
+
+
+def test_refusal_model_is_chosen_by_the_question_language(pipeline):
+    """Catches the pipeline applying an English-only calibration to a Chinese question (or caching
+    one language's decision for all): the refusal model, and with it the span path's forced margin,
+    must follow the question's language."""
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    model = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": 0.0}
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": model, "languages": ["en"]})
+        pipeline._refusal = None
+        assert pipeline._refusal_model("What is the capital city of Zarnovia?") is not None
+        assert pipeline._refusal_model("札爾諾維亞的首都是哪裡？") is None
+        assert pipeline._refuse_margin("What is the capital city of Zarnovia?") == float("inf")
+        assert pipeline._refuse_margin("札爾諾維亞的首都是哪裡？") is None  # no calibration for Chinese here
+    finally:
+        path.unlink(missing_ok=True)
+        pipeline._refusal = None

@@ -32,3 +32,24 @@ def test_shipped_calibration_file_is_valid():
         m = cal.RefusalModel.from_dict(entry["refusal_model"])
         assert len(m.features) == len(m.coef) == len(m.mean) == len(m.std), name
         assert m.refuses({f: 0.0 for f in m.features}) in (True, False)
+        assert entry.get("languages"), f"{name}: a shipped entry must say which languages it was fitted on"
+
+
+def test_entry_applies_only_to_its_languages(tmp_path, monkeypatch):
+    """Catches an English-fitted refusal model deciding Chinese questions (the 0.5B one refused 40 %
+    of answerable DRCD questions), a local English entry hiding a shipped entry that covers Chinese,
+    and old entries without `languages` being dropped."""
+    model = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": 0.5}
+    shipped = tmp_path / "shipped.json"
+    shipped.write_text(json.dumps({"m": {"refusal_model": {**model, "threshold": 7.0}, "languages": ["en", "zh"]}}))
+    monkeypatch.setattr(cal, "SHIPPED", shipped)
+    local = tmp_path / "calibration.json"
+    cal.save_thresholds(local, "m", {"refusal_model": model, "languages": ["en"], "refuse_margin": 1.0})
+    assert cal.load_refusal_model(local, "m", language="en").threshold == 0.5  # local wins where it applies
+    assert cal.load_refusal_model(local, "m", language="zh").threshold == 7.0  # else the shipped entry
+    assert cal.load_refusal_model(local, "m", language="ko") is None  # neither covers Korean
+    assert cal.load_thresholds(local, "m", language="ko") == {}  # nor do its span thresholds
+    assert cal.load_refusal_model(local, "m", language="").threshold == 0.5  # unknown language: first entry
+    cal.save_thresholds(local, "old", {"refusal_model": model})  # no `languages`: applies everywhere
+    assert cal.load_refusal_model(local, "old", language="zh") is not None
