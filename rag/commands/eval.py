@@ -212,9 +212,10 @@ def _languages(items) -> list[str]:
     from collections import Counter
 
     from indexing.language import detect_language
+    from retrieval.language_choice import language_mix
 
-    counts = Counter(detect_language(it.question) or "und" for it in items)
-    return sorted(lang for lang, n in counts.items() if n >= 0.2 * len(items) and lang != "und")
+    mix = language_mix(Counter(detect_language(it.question) or "und" for it in items))
+    return sorted(lang for lang, share in mix.items() if share >= 0.2 and lang != "und")
 
 
 def _resolved_dtype(cfg) -> str:
