@@ -53,3 +53,16 @@ def test_entry_applies_only_to_its_languages(tmp_path, monkeypatch):
     assert cal.load_refusal_model(local, "m", language="").threshold == 0.5  # unknown language: first entry
     cal.save_thresholds(local, "old", {"refusal_model": model})  # no `languages`: applies everywhere
     assert cal.load_refusal_model(local, "old", language="zh") is not None
+
+
+def test_calibration_records_the_languages_of_its_questions():
+    """Catches `rag eval calibrate` writing an entry that claims languages it never saw (or none,
+    which would apply it everywhere): each language of >= 20 % of the questions is listed."""
+    from types import SimpleNamespace
+
+    from rag.commands.eval import _languages
+
+    en = [SimpleNamespace(question="What is the capital city of the island nation?")] * 7
+    zh = [SimpleNamespace(question="這個島國的首都是哪裡？")] * 3
+    assert _languages(en + zh) == ["en", "zh"]
+    assert _languages(en * 2 + zh[:1]) == ["en"]  # one Chinese question in 15 is not a calibration for Chinese
