@@ -59,6 +59,12 @@ class LLM:
         sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
         return [o.candidate_logprobs for o in self.generate(prompts, sp)]
 
+    def last_hidden_states(self, prompts: list[str] | list[list[int]]) -> list:
+        """The final (normed) hidden state of each prompt's last token: the features a linear probe
+        reads (float32 CPU tensors of the model's hidden size)."""
+        sp = SamplingParams(max_tokens=1, temperature=0.0, hidden_state=True)
+        return [o.hidden_state for o in self.generate(prompts, sp)]
+
     def prompt_logprobs(self, prompts: list[str] | list[list[int]]) -> list[list[float]]:
         """log P(token | everything before it) for every prompt token after the first, one batch."""
         return prompt_token_logprobs(self.generate(prompts, PROMPT_SCORING))

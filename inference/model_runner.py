@@ -28,6 +28,7 @@ class RunOutput:
     logits: torch.Tensor  # [rows with logits, vocab], float32 on CPU
     owners: list[int]  # batch.seqs index of each logits row
     prompt_logprobs: dict[int, list[prompt_logprobs.Entry]]  # batch.seqs index -> prompt entries
+    hidden: torch.Tensor | None = None  # [rows with logits, hidden] float32 CPU, when a row asked for it
 
 
 class ModelRunner:
@@ -160,8 +161,10 @@ class ModelRunner:
                 owners.append(i)
         if not rows:
             return RunOutput(torch.empty(0), owners, prompt_lps)
-        logits = self.model.compute_logits(hidden[torch.tensor(rows, device=hidden.device)])
-        return RunOutput(logits.float().cpu(), owners, prompt_lps)
+        last = hidden[torch.tensor(rows, device=hidden.device)]
+        logits = self.model.compute_logits(last)
+        keep = last.float().cpu() if any(s.params.hidden_state for s in batch.seqs) else None
+        return RunOutput(logits.float().cpu(), owners, prompt_lps, keep)
 
 
 def _triton_ok() -> bool:

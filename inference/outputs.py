@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -48,6 +49,8 @@ class RequestOutput:
     candidate_logprobs: dict[int, float] | None = None
     # `SamplingParams.prompt_logprobs`: per prompt position {token: logprob}, None at position 0
     prompt_logprobs: list[dict[int, float] | None] | None = None
+    # `SamplingParams.hidden_state`: the last prompt token's final hidden state (torch, float32, CPU)
+    hidden_state: Any = None
 
     @property
     def text(self) -> str:

@@ -95,7 +95,8 @@ class RequestState:
         head = self.seqs[0]
         return RequestOutput(self.request_id, self.prompt, head.prompt_token_ids, comps,
                              self.finished, self.metrics(), head.candidate_logprobs,
-                             list(head.prompt_logprobs) if head.prompt_logprobs is not None else None)
+                             list(head.prompt_logprobs) if head.prompt_logprobs is not None else None,
+                             head.hidden_state)
 
     def metrics(self) -> RequestMetrics:
         s = self.seqs[0]

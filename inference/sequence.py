@@ -50,6 +50,7 @@ class Sequence:
         self.num_preemptions = 0
         self.logprobs: list[dict[int, float]] = []
         self.candidate_logprobs: dict[int, float] | None = None
+        self.hidden_state = None  # torch.Tensor [hidden] when params.hidden_state
         # position -> {token: logprob}; position 0 has nothing to be predicted from
         self.prompt_logprobs: list[dict[int, float] | None] | None = \
             [None] if self.params.prompt_logprobs is not None and self.index == 0 else None

@@ -74,3 +74,20 @@ def test_logits_processor_and_penalties(llm, prompts, greedy):
     pf = llm.generate([prompts[1]], SamplingParams(temperature=0.7, max_tokens=8, seed=0, min_p=0.1,
                                                    presence_penalty=0.5, frequency_penalty=0.5))[0]
     assert len(pf.token_ids) == 8
+
+
+def test_hidden_state_matches_hf_and_survives_prefix_cache(llm, hf_greedy, prompts):
+    """The probe features are HF's final normed hidden state of the last prompt token, also when the
+    prompt is served from the prefix cache (a cached request must still compute its last row)."""
+    ids = torch.tensor([llm.tokenizer.encode(prompts[2])])
+    with torch.inference_mode():
+        ref = hf_greedy.model(ids, output_hidden_states=True).hidden_states[-1][0, -1].float()
+    first, again = (llm.last_hidden_states([prompts[2]])[0] for _ in range(2))
+    assert first.shape == ref.shape
+    assert torch.allclose(first, ref, atol=1e-3, rtol=1e-3)
+    assert torch.allclose(again, first, atol=1e-4)
+    # other prompts in the same batch get their own rows, requests that did not ask get none
+    both = llm.generate([prompts[0], prompts[2]], [SamplingParams(max_tokens=2, temperature=0.0),
+                                                   SamplingParams(max_tokens=2, temperature=0.0, hidden_state=True)])
+    assert both[0].hidden_state is None
+    assert torch.allclose(both[1].hidden_state, first, atol=1e-3)
