@@ -327,7 +327,7 @@ class Pipeline:
 
         Long mode: `text` is exactly what was streamed; when the model cited nothing, citations
         are attributed by word overlap and flagged `inferred`. Short mode: the span, then the
-        markers of the passages that contain it verbatim (none if none does). A refusal cites
+        marker of the first passage that contains it verbatim (none if none does). A refusal cites
         nothing.
         """
         text = markers.text
@@ -379,9 +379,15 @@ class Pipeline:
         return answer
 
     def _span_citations(self, text: str, passages: list[Passage]) -> list:
-        """Citations of the passages that contain the short answer verbatim (at most three)."""
+        """The citation of a short answer: the first passage (in prompt order, i.e. rank) that holds
+        it verbatim, the one the answerability checks read.
+
+        Why one: a short span such as "Poland" or "1562" is verbatim in many passages that say
+        nothing about the question; citing each of them cited text that does not support the
+        answer (on SQuAD, every multi-passage short citation had at most one supporting passage).
+        """
         body = [prompt_mod.passage_body(self.cfg.prompt, p) for p in passages]
-        return [to_citation(passages[i]) for i in span_sources(text.strip(), body)[:3]]
+        return [to_citation(passages[i]) for i in span_sources(text.strip(), body)[:1]]
 
     def _check_question(self, question: str) -> None:
         if not question or not question.strip():
