@@ -80,7 +80,7 @@ def pick_margin(points: Sequence[Point], max_false_refusal: float = 0.15,
     return best
 
 
-REFUSAL_FEATURES = ("margin", "min_logprob", "span_logprob", "check_passage", "check_answer")
+REFUSAL_FEATURES = ("margin", "min_logprob", "span_logprob", "check_passage", "check_answer", "check_probe")
 
 
 def _logistic(z: np.ndarray, y: np.ndarray, l2: float, steps: int = 50) -> tuple[np.ndarray, float]:

@@ -59,10 +59,10 @@ class LLM:
         sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
         return [o.candidate_logprobs for o in self.generate(prompts, sp)]
 
-    def last_hidden_states(self, prompts: list[str] | list[list[int]]) -> list:
-        """The final (normed) hidden state of each prompt's last token: the features a linear probe
-        reads (float32 CPU tensors of the model's hidden size)."""
-        sp = SamplingParams(max_tokens=1, temperature=0.0, hidden_state=True)
+    def last_hidden_states(self, prompts: list[str] | list[list[int]], layer: int = -1) -> list:
+        """The hidden state of each prompt's last token, final normed (-1) or after decoder layer
+        `layer`: the features a linear probe reads (float32 CPU tensors of the hidden size)."""
+        sp = SamplingParams(max_tokens=1, temperature=0.0, hidden_state=True, hidden_state_layer=layer)
         return [o.hidden_state for o in self.generate(prompts, sp)]
 
     def prompt_logprobs(self, prompts: list[str] | list[list[int]]) -> list[list[float]]:

@@ -106,6 +106,10 @@ class LLMEngine:
                                          eos_token_id=self.eos_token_ids, max_tokens=params.max_tokens)
             params = params.model_copy(update={"grounded_passages": None,
                                                "logits_processors": [*params.logits_processors, proc]})
+        layers = len(self.model.layers)
+        if params.hidden_state and params.hidden_state_layer not in (-1, *range(1, layers + 1)):
+            raise ValueError(f"hidden_state_layer {params.hidden_state_layer} is not -1 (final) or a decoder "
+                             f"layer 1..{layers} of this model")
         if isinstance(prompt, str):
             text, ids = prompt, self.tokenizer.encode(prompt)
         else:

@@ -28,7 +28,8 @@ class RunOutput:
     logits: torch.Tensor  # [rows with logits, vocab], float32 on CPU
     owners: list[int]  # batch.seqs index of each logits row
     prompt_logprobs: dict[int, list[prompt_logprobs.Entry]]  # batch.seqs index -> prompt entries
-    hidden: torch.Tensor | None = None  # [rows with logits, hidden] float32 CPU, when a row asked for it
+    # layer (-1: final) -> [rows with logits, hidden] float32 CPU, for the layers rows asked for
+    hidden: dict[int, torch.Tensor] | None = None
 
 
 class ModelRunner:
@@ -147,9 +148,12 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> RunOutput:
         """One forward pass over the batch; returns everything it computed (no side state)."""
         input_ids, positions, meta, rows = self.prepare(batch)
-        hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None else None
+        probed = {s.params.hidden_state_layer for s in batch.seqs if s.params.hidden_state}
+        layers = {k: None for k in probed if k > 0} or None
+        # a graph replay captures no middle layer: rows that want one take the eager path
+        hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None and not layers else None
         if hidden is None:
-            hidden = self.model(input_ids, positions, meta)
+            hidden = self.model(input_ids, positions, meta, layers) if layers else self.model(input_ids, positions, meta)
         prompt_lps = prompt_logprobs.collect(self.model, hidden, batch) \
             if any(prompt_logprobs.wants_prompt_logprobs(s) for s in batch.seqs) else {}
         wanted = set(rows)
@@ -161,10 +165,13 @@ class ModelRunner:
                 owners.append(i)
         if not rows:
             return RunOutput(torch.empty(0), owners, prompt_lps)
-        last = hidden[torch.tensor(rows, device=hidden.device)]
+        index = torch.tensor(rows, device=hidden.device)
+        last = hidden[index]
         logits = self.model.compute_logits(last)
-        keep = last.float().cpu() if any(s.params.hidden_state for s in batch.seqs) else None
-        return RunOutput(logits.float().cpu(), owners, prompt_lps, keep)
+        kept = None
+        if probed:
+            kept = {k: (last if k == -1 else layers[k][index]).float().cpu() for k in probed}
+        return RunOutput(logits.float().cpu(), owners, prompt_lps, kept)
 
 
 def _triton_ok() -> bool:

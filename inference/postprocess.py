@@ -50,7 +50,7 @@ class OutputProcessor:
             logits = logits[rows] if len(rows) != logits.shape[0] else logits
             self._candidate_logprobs(logits, rows_seqs)
             if out.hidden is not None:
-                self._hidden_states(out.hidden[rows], rows_seqs)
+                self._hidden_states({k: h[rows] for k, h in out.hidden.items()}, rows_seqs)
             want_lp = [s.params.logprobs for s in rows_seqs]
             raw = logits.clone() if any(x is not None for x in want_lp) else None
             tokens = sample(logits, rows_seqs, self.eos_token_ids)
@@ -83,11 +83,12 @@ class OutputProcessor:
                 s.candidate_logprobs = {t: float(lp[t]) for t in s.params.candidate_token_ids}
 
     @staticmethod
-    def _hidden_states(hidden: torch.Tensor, seqs: list[Sequence]) -> None:
-        """The last prompt token's final hidden state (the row that predicts the first output token)."""
+    def _hidden_states(hidden: dict[int, torch.Tensor], seqs: list[Sequence]) -> None:
+        """The last prompt token's hidden state at the asked layer (the row that predicts the first
+        output token)."""
         for r, s in enumerate(seqs):
             if s.params.hidden_state and s.num_output_tokens == 0 and s.hidden_state is None:
-                s.hidden_state = hidden[r].clone()
+                s.hidden_state = hidden[s.params.hidden_state_layer][r].clone()
 
     def _fork(self, parent: Sequence) -> list[Sequence]:
         """n > 1: once the prompt is computed, the other samples share its blocks (COW)."""

@@ -35,9 +35,11 @@ class SamplingParams(BaseModel):
     prompt_logprobs: int | None = Field(None, ge=0)
     # logprobs of these tokens as the next token after the prompt (e.g. P("yes") for a reranker)
     candidate_token_ids: list[int] | None = None
-    # the final (normed) hidden state of the last prompt token, for linear probes on the model's
-    # reading of the prompt (e.g. rag's answerability probe); float32 on the CPU
+    # the hidden state of the last prompt token, for linear probes on the model's reading of the
+    # prompt (e.g. rag's answerability probe); float32 on the CPU. Layer -1: the final normed
+    # output; k >= 1: the residual stream after decoder layer k (middle layers often probe better)
     hidden_state: bool = False
+    hidden_state_layer: int = Field(-1, ge=-1)
     logits_processors: list[LogitsProcessor] = Field(default_factory=list)
     # Constrained decoding (like llama.cpp's json_schema field): the engine adds the processor.
     json_schema: dict[str, Any] | None = None

@@ -8,10 +8,19 @@ answer?" is a separate reading of the evidence, and its log-odds separate the tw
 question much better (measured in docs/results.md). Both are one-token prompts answered in one
 batch by the same engine; the calibrated refusal (`rag eval calibrate`) weighs them against the
 span signals.
+
+A third signal, `check_probe`, reads the same passage-check forward pass differently: a linear
+probe (`AnswerabilityProbe`, trained by `rag eval probe` on question/passage pairs outside every
+reported and calibration sample) on the hidden state of a middle layer at the prompt's last token.
+The yes/no log-odds look at the final state only through two output embeddings; the probe learns
+its own direction, and middle layers carry more of the model's reading than the last one
+(measured in docs/results.md). It costs nothing at answer time: the state comes out of the forward
+pass the passage check runs anyway.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rerank.llm import yes_log_odds, yes_no_ids
@@ -32,16 +41,62 @@ def check_prompts(encode_chat: Any, question: str, passage: str, answer: str) ->
             chat(ANSWER_CHECK.format(passage=passage, question=question, answer=answer))]
 
 
-async def check_signals(generator: Any, question: str, passage: str, answer: str) -> dict[str, float]:
-    """`check_passage` and `check_answer`: log P(yes) - log P(no) of the two checks."""
+@dataclass
+class AnswerabilityProbe:
+    """log-odds that the passage answers the question = weights . h + bias, where h is the hidden
+    state after decoder layer `layer` (-1: final) at the last token of the passage-check prompt.
+    Standardisation is folded into the weights, so scoring is one dot product."""
+
+    layer: int
+    weights: list[float]
+    bias: float
+
+    def score(self, hidden: Any) -> float:
+        import torch
+
+        w = torch.as_tensor(self.weights, dtype=torch.float32)
+        h = torch.as_tensor(hidden, dtype=torch.float32).reshape(-1)
+        if h.numel() != w.numel():
+            raise ValueError(f"probe expects a hidden size of {w.numel()}, the model gives {h.numel()} "
+                             "(a probe trained for another model?)")
+        return float(h @ w) + self.bias
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "bias": self.bias, "weights": [float(f"{x:.6g}") for x in self.weights]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AnswerabilityProbe:
+        return cls(int(d["layer"]), [float(x) for x in d["weights"]], float(d["bias"]))
+
+
+async def passage_check(generator: Any, question: str, passage: str, layer: int | None = None
+                        ) -> tuple[float, Any]:
+    """The passage check alone: its yes/no log-odds and, when `layer` is given, the hidden state a
+    probe reads (None otherwise). Probe training (`eval/probe.py`) and answering share this."""
     from inference.sampling_params import SamplingParams
 
-    tok = generator.tokenizer
-    yes, no = yes_no_ids(tok)
-    prompts = check_prompts(generator.encode_chat, question, passage, answer)
-    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
+    yes, no = yes_no_ids(generator.tokenizer)
+    prompt = check_prompts(generator.encode_chat, question, passage, "")[0]
+    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
+                        hidden_state=layer is not None, hidden_state_layer=-1 if layer is None else layer)
+    out = await generator.agenerate(prompt, sp)
+    return yes_log_odds(out.candidate_logprobs, yes, no), out.hidden_state
+
+
+async def check_signals(generator: Any, question: str, passage: str, answer: str,
+                        probe: AnswerabilityProbe | None = None) -> dict[str, float]:
+    """`check_passage` and `check_answer`: log P(yes) - log P(no) of the two checks; with a probe,
+    also `check_probe`, the probe's log-odds on the passage check's hidden state."""
+    from inference.sampling_params import SamplingParams
+
+    yes, no = yes_no_ids(generator.tokenizer)
     # One after the other: both prompts start with the same passage and question, so the second
     # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
-    outs = [await generator.agenerate(p, sp) for p in prompts]
-    odds = [yes_log_odds(o.candidate_logprobs, yes, no) for o in outs]
-    return {"check_passage": odds[0], "check_answer": odds[1]}
+    passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None)
+    prompt = check_prompts(generator.encode_chat, question, passage, answer)[1]
+    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
+    out = await generator.agenerate(prompt, sp)
+    signals = {"check_passage": passage_odds, "check_answer": yes_log_odds(out.candidate_logprobs, yes, no)}
+    if probe is not None:
+        signals["check_probe"] = probe.score(hidden)
+    return signals

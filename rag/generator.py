@@ -79,6 +79,10 @@ class Generator:
         return await self.engine.generate(prompt, params, request_id=request_id)
 
     # ---- sync (CLI, eval) -----------------------------------------------------------------
+    def run(self, coro: Any) -> Any:
+        """Run a coroutine that uses this generator (e.g. `answerability.passage_check`) to its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
     def generate(self, prompts: list[str] | list[list[int]], params: Any | list[Any]) -> list:
         plist = params if isinstance(params, list) else [params] * len(prompts)
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-ba
     from rerank.compress.base import Compressor
     from retrieval.retriever import FilterSpec, Retriever
 
+    from .answerability import AnswerabilityProbe
     from .calibration import RefusalModel
 
 
@@ -49,6 +50,10 @@ class Pipeline:
         self._compressor: Compressor | None = None
         self._refusal: dict[str, RefusalModel | None] | None = None  # per question language, loaded once
         self.record_signals = False  # run the answerability checks even without a refusal model (calibration)
+        # the answerability probe (`rag eval calibrate --probe`); None: the calibration entry's, if any
+        self.probe: AnswerabilityProbe | None = None
+        self.stored_probe = True  # else use only `probe` (calibration must match what it stores)
+        self._probes: dict[str, AnswerabilityProbe | None] = {}
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
 
@@ -272,7 +277,8 @@ class Pipeline:
         t1 = time.perf_counter()
         body = [prompt_mod.passage_body(self.cfg.prompt, p) for p in answer.passages]
         src = span_sources(text.strip(), body)
-        out = await check_signals(self.generator, answer.question, body[src[0] if src else 0], text.strip())
+        out = await check_signals(self.generator, answer.question, body[src[0] if src else 0], text.strip(),
+                                  self._probe(answer.question))
         answer.timings_ms["check"] = _ms(t1)
         return out
 
@@ -314,6 +320,21 @@ class Pipeline:
             self._refusal[lang] = load_refusal_model(calibration_path(self.cfg.storage_path, ac.calibration),
                                                      self.cfg.generator.engine.model, language=lang)
         return self._refusal[lang]
+
+    def _probe(self, question: str = "") -> AnswerabilityProbe | None:
+        """The probe whose score the refusal model reads: the one set on the pipeline, else the one
+        stored with the calibration entry for this model and the question's language."""
+        if self.probe is not None or not self.stored_probe:
+            return self.probe
+        lang = _language(question)
+        if lang not in self._probes:
+            from .answerability import AnswerabilityProbe
+            from .calibration import calibration_path, load_thresholds
+
+            entry = load_thresholds(calibration_path(self.cfg.storage_path, self.cfg.answer.calibration),
+                                    self.cfg.generator.engine.model, language=lang)
+            self._probes[lang] = AnswerabilityProbe.from_dict(entry["probe"]) if "probe" in entry else None
+        return self._probes[lang]
 
     def _refuse_margin(self, question: str = "") -> float | None:
         # With a refusal model the span path is always taken; the model weighs the margin itself.

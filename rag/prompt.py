@@ -65,7 +65,12 @@ class BuiltPrompt:
 
 def passage_body(cfg: PromptConfig, p: Passage) -> str:
     """The passage text exactly as the model is shown it (grounded spans are matched against it)."""
-    return p.text if len(p.text) <= cfg.max_passage_chars else p.text[: cfg.max_passage_chars] + "…"
+    return clip_passage(cfg, p.text)
+
+
+def clip_passage(cfg: PromptConfig, text: str) -> str:
+    """`text` cut to `max_passage_chars` the way every prompt cuts a passage."""
+    return text if len(text) <= cfg.max_passage_chars else text[: cfg.max_passage_chars] + "…"
 
 
 def _passage_text(cfg: PromptConfig, p: Passage) -> str:

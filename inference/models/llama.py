@@ -99,10 +99,15 @@ class LlamaForCausalLM(nn.Module):
         for layer, cache in zip(self.layers, caches, strict=True):
             layer.self_attn.kv_cache = cache
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                capture: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """Final normed hidden states; `capture` (layer k -> None) is filled with the residual
+        stream after decoder layer k (1-based), for probes."""
         h = self.embed_tokens(input_ids)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers, 1):
             h = layer(h, positions, meta)
+            if capture is not None and i in capture:
+                capture[i] = h
         return self.norm(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -45,8 +46,29 @@ def register(sub) -> None:
     c.add_argument("--max-false-refusal", type=float, default=0.15)
     c.add_argument("--out", metavar="FILE", help="calibration file (default: answer.calibration under storage)")
     c.add_argument("--points", metavar="FILE", help="also write each question's signals and F1 (JSON lines)")
+    c.add_argument("--probe", metavar="FILE",
+                   help="answerability probe from `rag eval probe`: its score becomes a refusal signal and the "
+                        "probe is stored with the calibration entry (without it, no probe is used)")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=run_calibrate)
+    pr = esub.add_parser("probe", help="train the answerability probe on question/passage pairs outside the "
+                                       "reported and calibration samples")
+    add_config_args(pr)
+    pr.add_argument("--dataset", required=True, metavar="DIR", help="a QA set with unanswerable questions")
+    pr.add_argument("--split", default="dev")
+    pr.add_argument("--limit", type=int, default=1600, help="questions to draw pairs from")
+    pr.add_argument("--seed", type=int, default=2, help="seed of the question sample")
+    pr.add_argument("--exclude-limit", type=int, default=100, help="leave out `rag eval qa --limit N --sample` ...")
+    pr.add_argument("--exclude-seed", type=int, default=0, help="... --seed S, and their paragraphs")
+    pr.add_argument("--calibration-limit", type=int, default=300,
+                    help="also leave out `rag eval calibrate --limit N` ... (and their paragraphs)")
+    pr.add_argument("--calibration-seed", type=int, default=1, help="... --seed S")
+    pr.add_argument("--layer", type=int, default=None,
+                    help="decoder layer to probe (default: 70%% of the depth; -1: the final output)")
+    pr.add_argument("--l2", default="100,300,1000,3000", help="L2 penalties tried by 5-fold cross-validation")
+    pr.add_argument("--out", required=True, metavar="FILE", help="probe file for `rag eval calibrate --probe`")
+    pr.add_argument("--no-progress", action="store_true")
+    pr.set_defaults(func=run_probe)
     a = esub.add_parser("ablate", help="a grid of config variants on the same queries (resumable)")
     _common(a, "test")
     a.add_argument("--grid", required=True, metavar="FILE")
@@ -166,6 +188,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     cfg.answer.refuse_min_logprob = -1e9
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     pipe.record_signals = True  # the checks are features of the model being fitted
+    probe = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else None
+    pipe.probe, pipe.stored_probe = probe, False  # the entry written below must match the signals
     points = []
     # --points is written as it goes (one JSON line per question, flushed), so an interrupted
     # hour-long run keeps what it measured and can be refitted offline.
@@ -197,12 +221,96 @@ def run_calibrate(args: argparse.Namespace) -> int:
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
                                   "quantization": cfg.generator.engine.quantization,
-                                  "dtype": _resolved_dtype(cfg), "languages": _languages(items)})
+                                  "dtype": _resolved_dtype(cfg), "languages": _languages(items),
+                                  **({"probe": probe.to_dict()} if probe is not None else {})})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
+    return 0
+
+
+def _load_probe(path: str, model: str):
+    from ..answerability import AnswerabilityProbe
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        probe = AnswerabilityProbe.from_dict(data["probe"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path} is not a probe file from `rag eval probe` ({e})") from None
+    if data.get("model") != model:
+        raise SystemExit(f"error: the probe in {path} was trained for {data.get('model')!r}, "
+                         f"not for generator.engine.model {model!r}")
+    return probe
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    import numpy as np
+    from tqdm import tqdm
+
+    from eval.calibrate import calibration_items
+    from eval.datasets import load_corpus, load_qa, sample_ids
+    from eval.probe import cross_validate, fit_probe, probe_pairs, roc_auc
+
+    from ..answerability import AnswerabilityProbe, passage_check
+    from ..generator import Generator
+    from ..prompt import clip_passage
+
+    cfg = config_from(args)
+    try:
+        l2s = [float(v) for v in args.l2.split(",")]
+    except ValueError:
+        print(f"error: --l2 takes comma-separated numbers, got {args.l2!r}", file=sys.stderr)
+        return 2
+    items = load_qa(args.dataset, args.split)
+    held = set(sample_ids([i.id for i in items], args.exclude_limit, True, args.exclude_seed)) \
+        if args.exclude_limit else set()
+    if args.calibration_limit:
+        held |= {i.id for i in calibration_items(items, args.calibration_limit, args.calibration_seed,
+                                                 args.exclude_limit, args.exclude_seed)}
+    corpus = load_corpus(Path(args.dataset) / "corpus.jsonl")
+    pairs = probe_pairs(items, corpus, args.limit, args.seed, held)
+    if len({p.label for p in pairs}) < 2:
+        print("error: the probe needs answerable and unanswerable pairs (a QA set with is_impossible)",
+              file=sys.stderr)
+        return 2
+    gen = Generator(cfg.generator)
+    try:
+        depth = len(gen.engine.engine.model.layers)
+        layer = args.layer if args.layer is not None else round(0.7 * depth)
+        odds, feats = [], []
+        for p in tqdm(pairs, disable=args.no_progress, desc="probe", unit="pair"):
+            text = clip_passage(cfg.prompt, p.passage)
+            o, h = gen.run(passage_check(gen, p.question, text, layer))
+            odds.append(o)
+            feats.append(h.numpy())
+    finally:
+        gen.close()
+    x, y = np.stack(feats).astype(np.float64), np.array([p.label for p in pairs])
+    groups = [p.qid for p in pairs]
+    cv = {l2: roc_auc(cross_validate(x, y, groups, l2), y) for l2 in l2s}
+    best = max(cv, key=lambda k: (cv[k], -k))
+    w, b = fit_probe(x, y, best)
+    gold = np.array([p.kind == "gold" for p in pairs])
+    out = {"model": cfg.generator.engine.model, "probe": AnswerabilityProbe(layer, w.tolist(), b).to_dict(),
+           "layer": layer, "layers": depth, "l2": best, "cv_auc": cv[best],
+           "cv_auc_by_l2": {str(k): v for k, v in cv.items()}, "check_auc": roc_auc(odds, y),
+           "check_auc_same_paragraph": roc_auc(np.array(odds)[gold], y[gold]),
+           "pairs": len(pairs), "answerable_pairs": int(y.sum()), "dataset": Path(args.dataset).name,
+           "split": args.split, "seed": args.seed, "dtype": _resolved_dtype(cfg),
+           "excluded": f"qa limit {args.exclude_limit} seed {args.exclude_seed}; calibration limit "
+                       f"{args.calibration_limit} seed {args.calibration_seed}; and their paragraphs"}
+    scores = cross_validate(x, y, groups, best)
+    out["cv_auc_same_paragraph"] = roc_auc(scores[gold], y[gold])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(args.out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out) + "\n", encoding="utf-8")
+    tmp.replace(args.out)
+    print(f"{out['model']}: probe on layer {layer}/{depth}, {len(pairs)} pairs ({int(y.sum())} answerable); "
+          f"5-fold AUC {cv[best]:.4f} (l2 {best:g}) vs passage check {out['check_auc']:.4f}; "
+          f"same-paragraph pairs {out['cv_auc_same_paragraph']:.4f} vs {out['check_auc_same_paragraph']:.4f}")
+    print(f"wrote {args.out}")
     return 0
 
 

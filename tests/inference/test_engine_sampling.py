@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inference import SamplingParams
@@ -91,3 +92,22 @@ def test_hidden_state_matches_hf_and_survives_prefix_cache(llm, hf_greedy, promp
                                                    SamplingParams(max_tokens=2, temperature=0.0, hidden_state=True)])
     assert both[0].hidden_state is None
     assert torch.allclose(both[1].hidden_state, first, atol=1e-3)
+
+
+def test_middle_layer_hidden_state_matches_hf(llm, hf_greedy, prompts):
+    """Catches capturing the wrong layer (off by one: HF's hidden_states[k] is the residual stream
+    after decoder layer k) or mixing up rows of two requests that ask for different layers."""
+    ids = torch.tensor([llm.tokenizer.encode(prompts[3])])
+    with torch.inference_mode():
+        ref = hf_greedy.model(ids, output_hidden_states=True).hidden_states
+    k = len(ref) // 2
+    mid = llm.last_hidden_states([prompts[3]], layer=k)[0]
+    assert torch.allclose(mid, ref[k][0, -1].float(), atol=1e-3, rtol=1e-3)
+    assert not torch.allclose(mid, ref[k + 1][0, -1].float(), atol=1e-2)
+    outs = llm.generate([prompts[3], prompts[3]],
+                        [SamplingParams(max_tokens=1, hidden_state=True, hidden_state_layer=k),
+                         SamplingParams(max_tokens=1, hidden_state=True, hidden_state_layer=-1)])
+    assert torch.allclose(outs[0].hidden_state, mid, atol=1e-3)
+    assert torch.allclose(outs[1].hidden_state, ref[-1][0, -1].float(), atol=1e-3, rtol=1e-3)
+    with pytest.raises(ValueError, match="hidden_state_layer"):
+        llm.generate([prompts[3]], SamplingParams(max_tokens=1, hidden_state=True, hidden_state_layer=len(ref)))

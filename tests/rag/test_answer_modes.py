@@ -185,3 +185,49 @@ def test_refusal_model_is_chosen_by_the_question_language(pipeline):
     finally:
         path.unlink(missing_ok=True)
         pipeline._refusal = None
+
+
+def test_probe_stored_with_the_calibration_scores_the_passage_check_state(pipeline):
+    """Catches a probe that is loaded but never scored, scored on the wrong layer or the wrong
+    passage, or a refusal model over `check_probe` that cannot see it. The probe in the entry reads
+    layer 10; its score must equal the probe applied to the passage check's own hidden state."""
+    from rag.answerability import AnswerabilityProbe, passage_check
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    gen = pipeline.generator
+    width = gen.engine.engine.model.config.hidden_size
+    probe = AnswerabilityProbe(10, [((i % 7) - 3) / 50 for i in range(width)], 0.25)
+    model = {"features": ["check_probe"], "mean": [0.0], "std": [1.0], "coef": [1.0], "bias": 0.0,
+             "threshold": 1e9}
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    question = "What is the capital city of Zarnovia?"
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": model, "probe": probe.to_dict()})
+        pipeline._refusal, pipeline._probes = None, {}
+        a = pipeline.ask(question, mode="short")
+        assert not a.refused and "check_probe" in a.signals and "p_unanswerable" in a.signals
+        cited = next(p for p in a.passages if p.marker == a.citations[0].marker)
+        from rag.prompt import passage_body
+
+        _, hidden = gen.run(passage_check(gen, question, passage_body(cfg.prompt, cited), 10))
+        assert a.signals["check_probe"] == pytest.approx(probe.score(hidden), abs=1e-3)
+        _, final = gen.run(passage_check(gen, question, passage_body(cfg.prompt, cited), -1))
+        assert abs(probe.score(final) - probe.score(hidden)) > 1e-3  # the layer matters
+        pipeline.stored_probe = False  # calibration without --probe: no probe, so no check_probe
+        b = pipeline.ask(question, mode="short")
+        assert "check_probe" not in b.signals and "p_unanswerable" not in b.signals
+    finally:
+        pipeline.stored_probe = True
+        path.unlink(missing_ok=True)
+        pipeline._refusal, pipeline._probes = None, {}
+
+
+def test_probe_rejects_a_hidden_state_of_another_size():
+    """Catches a probe trained for one model silently scoring another model's states."""
+    from rag.answerability import AnswerabilityProbe
+
+    probe = AnswerabilityProbe.from_dict(AnswerabilityProbe(-1, [1.0, 2.0, 3.0], 0.5).to_dict())
+    assert probe.score([1.0, 1.0, 1.0]) == pytest.approx(6.5)
+    with pytest.raises(ValueError, match="hidden size of 3"):
+        probe.score([1.0] * 4)
