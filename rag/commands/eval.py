@@ -188,7 +188,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     cfg.answer.refuse_min_logprob = -1e9
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     pipe.record_signals = True  # the checks are features of the model being fitted
-    probe = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else None
+    probe, trained = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else (None, {})
     pipe.probe, pipe.stored_probe = probe, False  # the entry written below must match the signals
     points = []
     # --points is written as it goes (one JSON line per question, flushed), so an interrupted
@@ -222,7 +222,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                   "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
                                   "quantization": cfg.generator.engine.quantization,
                                   "dtype": _resolved_dtype(cfg), "languages": _languages(items),
-                                  **({"probe": probe.to_dict()} if probe is not None else {})})
+                                  **({"probe": probe.to_dict(), "probe_trained": trained} if probe is not None else {})})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
@@ -232,6 +232,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def _load_probe(path: str, model: str):
+    """The probe of a `rag eval probe` file, and what the file says about its training."""
     from ..answerability import AnswerabilityProbe
 
     try:
@@ -242,7 +243,7 @@ def _load_probe(path: str, model: str):
     if data.get("model") != model:
         raise SystemExit(f"error: the probe in {path} was trained for {data.get('model')!r}, "
                          f"not for generator.engine.model {model!r}")
-    return probe
+    return probe, {k: v for k, v in data.items() if k not in ("probe", "cv_auc_by_l2")}
 
 
 def run_probe(args: argparse.Namespace) -> int:

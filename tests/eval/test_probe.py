@@ -95,10 +95,56 @@ def test_cli_trains_a_probe_file_that_calibrate_accepts_only_for_its_model(share
     assert len(data["probe"]["weights"]) == 576 and data["probe"]["layer"] == 12
     assert data["l2"] in (10.0, 100.0) and 0.0 <= data["cv_auc"] <= 1.0 and 0.0 <= data["check_auc"] <= 1.0
     assert data["pairs"] >= 24 and 0 < data["answerable_pairs"] < data["pairs"]
-    assert _load_probe(str(out), "smollm2").layer == 12
+    probe, trained = _load_probe(str(out), "smollm2")
+    assert probe.layer == 12 and trained["pairs"] == data["pairs"] and "probe" not in trained
     with pytest.raises(SystemExit, match="trained for 'smollm2'"):
         _load_probe(str(out), "qwen2.5-1.5b")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="not a probe file"):
         _load_probe(str(bad), "smollm2")
+
+
+def test_calibrate_with_a_probe_fits_on_its_score_and_stores_it(tmp_path, capsys):
+    """Catches `rag eval calibrate --probe` fitting a refusal model over `check_probe` but storing an
+    entry without the probe (the pipeline could then never compute the feature), or not recording
+    the probe's score at all. A tiny QA set, SmolLM2, a hand-made probe on layer 10."""
+    import json
+
+    from rag.cli import main
+
+    ds = tmp_path / "qa_set"
+    (ds / "qa").mkdir(parents=True)
+    paras = {"p0": "Velmora is the capital city of Zarnovia. It lies on the river Ost.",
+             "p1": "The XR-300 drone flies for 42 minutes on one battery charge.",
+             "p2": "The Lumen lighthouse was built in 1887 by the engineer Ada Kettle.",
+             "p3": "Glimmer tea is grown on the terraces of Mount Sorrel at 2,000 metres."}
+    (ds / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": k, "text": v}) + "\n"
+                                             for k, v in paras.items()))
+    qs = [("What is the capital city of Zarnovia?", ["Velmora"], "p0"),
+          ("How long does the XR-300 drone fly?", ["42 minutes"], "p1"),
+          ("Who built the Lumen lighthouse?", ["Ada Kettle"], "p2"),
+          ("Where is Glimmer tea grown?", ["Mount Sorrel"], "p3"),
+          ("What is the capital city of Ostland?", [], "p0"),
+          ("How much does the XR-300 drone weigh?", [], "p1"),
+          ("Who painted the Lumen lighthouse?", [], "p2"),
+          ("Who sells Glimmer tea in Velmora?", [], "p3")]
+    (ds / "qa" / "dev.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "question": q, "answers": a, "is_impossible": not a, "gold_doc_id": d,
+                    "title": d}) + "\n" for i, (q, a, d) in enumerate(qs)))
+    probe = {"model": "smollm2", "layer": 10, "pairs": 0,
+             "probe": {"layer": 10, "bias": 0.1, "weights": [((i % 5) - 2) / 40 for i in range(576)]}}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    out, points = tmp_path / "cal.json", tmp_path / "points.jsonl"
+    rc = main(["eval", "calibrate", "--dataset", str(ds), "--limit", "8", "--exclude-limit", "0",
+               "--probe", str(tmp_path / "probe.json"), "--out", str(out), "--points", str(points),
+               "--no-progress", "--set", "generator.engine.model=smollm2",
+               "--set", f"storage.path={tmp_path / 'store'}"])
+    assert rc == 0, capsys.readouterr()
+    rows = [json.loads(line) for line in points.read_text().splitlines()]
+    spans = [r for r in rows if r["signals"].get("span_tokens", 0) > 0]
+    assert spans and all("check_probe" in r["signals"] for r in spans)
+    entry = json.loads(out.read_text())["smollm2"]
+    assert entry["probe"]["layer"] == 10 and len(entry["probe"]["weights"]) == 576
+    assert entry["probe_trained"]["model"] == "smollm2"
+    assert "check_probe" in entry["refusal_model"]["features"]
