@@ -49,7 +49,7 @@ class RequestOutput:
     candidate_logprobs: dict[int, float] | None = None
     # `SamplingParams.prompt_logprobs`: per prompt position {token: logprob}, None at position 0
     prompt_logprobs: list[dict[int, float] | None] | None = None
-    # `SamplingParams.hidden_state`: the last prompt token's final hidden state (torch, float32, CPU)
+    # `SamplingParams.hidden_state`: the last prompt token's hidden state at `hidden_state_layer` (torch, float32, CPU)
     hidden_state: Any = None
 
     @property
