@@ -264,6 +264,11 @@ def run_probe(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: --l2 takes comma-separated numbers, got {args.l2!r}", file=sys.stderr)
         return 2
+    qa_file = Path(args.dataset) / "qa" / f"{args.split}.jsonl"
+    if not qa_file.is_file() or not (Path(args.dataset) / "corpus.jsonl").is_file():
+        print(f"error: {args.dataset} needs qa/{args.split}.jsonl and corpus.jsonl (a BEIR-layout QA set)",
+              file=sys.stderr)
+        return 2
     items = load_qa(args.dataset, args.split)
     held = set(sample_ids([i.id for i in items], args.exclude_limit, True, args.exclude_seed)) \
         if args.exclude_limit else set()
@@ -272,9 +277,9 @@ def run_probe(args: argparse.Namespace) -> int:
                                                  args.exclude_limit, args.exclude_seed)}
     corpus = load_corpus(Path(args.dataset) / "corpus.jsonl")
     pairs = probe_pairs(items, corpus, args.limit, args.seed, held)
-    if len({p.label for p in pairs}) < 2:
-        print("error: the probe needs answerable and unanswerable pairs (a QA set with is_impossible)",
-              file=sys.stderr)
+    if len({p.label for p in pairs if p.kind == "gold"}) < 2:
+        print(f"error: the probe needs answerable and unanswerable questions; {args.dataset} has no "
+              "is_impossible questions in this sample", file=sys.stderr)
         return 2
     gen = Generator(cfg.generator)
     try:

@@ -99,6 +99,11 @@ def test_cli_trains_a_probe_file_that_calibrate_accepts_only_for_its_model(share
     assert probe.layer == 12 and trained["pairs"] == data["pairs"] and "probe" not in trained
     with pytest.raises(SystemExit, match="trained for 'smollm2'"):
         _load_probe(str(out), "qwen2.5-1.5b")
+    assert main(["eval", "probe", "--dataset", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "needs qa/dev.jsonl and corpus.jsonl" in capsys.readouterr().err
+    assert main(["eval", "probe", "--dataset", str(shared_datasets / "drcd"), "--limit", "5",
+                 "--out", str(out)]) == 2  # no unanswerable questions: nothing to learn "no" from
+    assert "needs answerable and unanswerable" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="not a probe file"):
