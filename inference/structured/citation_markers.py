@@ -28,6 +28,9 @@ class CitationMarkerProcessor:
         self.digit_ids = {i: int(s) for i, s in text.items() if s.isdigit() and s.isascii() and 1 <= int(s) <= n_passages
                           and not s.startswith("0")}
         self.close_ids = [i for i, s in text.items() if s == "]"]
+        # "]." and the like: the model closes its marker and ends the sentence in one token
+        self.close_end_ids = {i for i, s in text.items() if s.startswith("]") and s[1:].strip() in _ENDS
+                              and s[1:].strip()}
         self.end_ids = {i for i, s in text.items() if s.strip() in _ENDS and s.strip()}
         eos = eos_token_id if eos_token_id is not None else tokenizer.eos_token_id
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
@@ -37,15 +40,17 @@ class CitationMarkerProcessor:
         self._run = 0  # markers written back to back ("[1] [2]"): more than two is a loop
         self._pending: int | None = None  # the end (full stop or EOS) the model wanted before its marker
         self._out = ""
+        self._sentence = ""  # text since the last sentence end: an empty one needs no marker
         self._consumed = 0
 
     def _advance(self, token_ids: list[int]) -> None:
         for t in token_ids[self._consumed:]:
             s = self.text.get(t, "")
             self._out += s
+            self._sentence += s
             if self._state == "open" and t in self.digit_ids:
                 self._state = "num"
-            elif self._state == "num" and t in self.close_ids:
+            elif self._state == "num" and (t in self.close_ids or t in self.close_end_ids):
                 self._state, self._cited = "free", True
                 self._run += 1
             elif t in self.open_ids:
@@ -54,8 +59,8 @@ class CitationMarkerProcessor:
                 self._state = "free"  # the model wrote something else: not a marker after all
                 if s.strip():
                     self._run = 0
-            if t in self.end_ids:
-                self._cited = False  # a new sentence starts
+            if t in self.end_ids or t in self.close_end_ids:
+                self._cited, self._sentence = False, ""  # a new sentence starts
         self._consumed = len(token_ids)
 
     def _only(self, logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
@@ -84,8 +89,8 @@ class CitationMarkerProcessor:
             return self._only(logits, [want])  # end the sentence (or the answer) as the model wanted
         if self._run >= 2:
             return self._ban(logits, self.open_ids)
-        if self._cited or not self._out.strip():
-            return logits
+        if self._cited or not self._sentence.strip():
+            return logits  # cited, or nothing written since the last end ("... [2]." then EOS)
         if self.refusal and self._out.strip().lower().startswith(self.refusal):
             return logits
         top = int(logits.argmax())
