@@ -158,7 +158,8 @@ class Cited:
     text: str = ""
 
 
-def _contains_answer(text: str, answers: Iterable[str]) -> bool:
+def contains_answer(text: str, answers: Iterable[str]) -> bool:
+    """Whether `text` holds a gold answer (CJK answers by characters, others as whole words)."""
     zh = normalize_zh(text)
     en = f" {normalize_answer(text)} "
     for a in answers:
@@ -182,7 +183,7 @@ def citation_scores(
     if not cited:
         return None
     gold = set(gold_doc_ids)
-    ok = [c.doc_id in gold or _contains_answer(c.text, gold_answers) for c in cited]
+    ok = [c.doc_id in gold or contains_answer(c.text, gold_answers) for c in cited]
     precision = sum(ok) / len(ok)
     if gold:
         recall = len(gold & {c.doc_id for c in cited}) / len(gold)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval.answers import _contains_answer
+from eval.answers import contains_answer
 from eval.calibrate import _logistic
 from eval.datasets import CorpusDoc, QAItem
 
@@ -55,29 +55,22 @@ def probe_pairs(items: Sequence[QAItem], corpus: dict[str, CorpusDoc], n: int, s
         pairs.append(ProbePair(it.id, it.question, gold.text, int(not it.is_impossible), "gold"))
         if not it.is_impossible and rng.random() < other_share:
             others = [p for p in by_title.get(gold.title, []) if p != gold.doc_id
-                      and not _contains_answer(corpus[p].text, it.answers)]
+                      and not contains_answer(corpus[p].text, it.answers)]
             if others:
                 pairs.append(ProbePair(it.id, it.question, corpus[rng.choice(others)].text, 0, "other"))
     return pairs
 
 
 def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """Area under the ROC curve (ties count half): P(score of a positive > score of a negative)."""
-    s = np.asarray(scores, dtype=np.float64)
+    """Area under the ROC curve (ties count half): P(score of a positive > score of a negative),
+    from the Mann-Whitney rank sum with average ranks for ties."""
+    from scipy.stats import rankdata
+
     y = np.asarray(labels, dtype=bool)
     pos, neg = int(y.sum()), int((~y).sum())
     if not pos or not neg:
         raise ValueError("AUC needs both positive and negative labels")
-    order = np.argsort(s, kind="mergesort")
-    ranks = np.empty(len(s))
-    sorted_s = s[order]
-    i = 0
-    while i < len(s):  # average ranks over ties
-        j = i
-        while j + 1 < len(s) and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
+    ranks = rankdata(np.asarray(scores, dtype=np.float64))
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
@@ -101,3 +94,22 @@ def cross_validate(x: np.ndarray, y: np.ndarray, groups: Sequence[str], l2: floa
         w, b = fit_probe(x[fold != k], y[fold != k], l2)
         out[fold == k] = x[fold == k] @ w + b
     return out
+
+
+def train_probe(x: np.ndarray, pairs: Sequence[ProbePair], check_odds: Sequence[float],
+                l2s: Sequence[float]) -> tuple[np.ndarray, float, dict]:
+    """Pick the L2 penalty by 5-fold cross-validated AUC, fit on every pair, and summarise: the
+    probe's CV AUC next to the passage check's on the same pairs, overall and on own-paragraph pairs
+    (answerable vs unanswerable on the same text, the hard part)."""
+    y = np.array([p.label for p in pairs])
+    groups = [p.qid for p in pairs]
+    gold = np.array([p.kind == "gold" for p in pairs])
+    odds = np.asarray(check_odds, dtype=np.float64)
+    oof = {l2: cross_validate(x, y, groups, l2) for l2 in l2s}
+    cv = {l2: roc_auc(s, y) for l2, s in oof.items()}
+    best = max(cv, key=lambda k: (cv[k], -k))
+    w, b = fit_probe(x, y, best)
+    return w, b, {"l2": best, "cv_auc": cv[best], "cv_auc_by_l2": {str(k): v for k, v in cv.items()},
+                  "check_auc": roc_auc(odds, y), "check_auc_same_paragraph": roc_auc(odds[gold], y[gold]),
+                  "cv_auc_same_paragraph": roc_auc(oof[best][gold], y[gold]),
+                  "pairs": len(pairs), "answerable_pairs": int(y.sum())}

@@ -32,13 +32,12 @@ ANSWER_CHECK = "Passage: {passage}\n\nQuestion: {question}\nProposed answer: {an
                "state that this is the answer to the question? Answer yes or no."
 
 
-def check_prompts(encode_chat: Any, question: str, passage: str, answer: str) -> list[list[int]]:
-    """Token ids of the passage check and the answer check (same passage, same question)."""
-    def chat(user: str) -> list[int]:
-        return encode_chat([{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}])
-
-    return [chat(PASSAGE_CHECK.format(passage=passage, question=question)),
-            chat(ANSWER_CHECK.format(passage=passage, question=question, answer=answer))]
+def check_prompt(encode_chat: Any, question: str, passage: str, answer: str | None = None) -> list[int]:
+    """Token ids of the passage check, or with `answer` of the answer check (same passage and
+    question, so the answer check reuses the passage check's cached prefix)."""
+    user = PASSAGE_CHECK.format(passage=passage, question=question) if answer is None else \
+        ANSWER_CHECK.format(passage=passage, question=question, answer=answer)
+    return encode_chat([{"role": "system", "content": CHECK_SYSTEM}, {"role": "user", "content": user}])
 
 
 @dataclass
@@ -51,10 +50,15 @@ class AnswerabilityProbe:
     weights: list[float]
     bias: float
 
+    def __post_init__(self) -> None:
+        import torch
+
+        self._w = torch.as_tensor(self.weights, dtype=torch.float32)  # converted once, not per answer
+
     def score(self, hidden: Any) -> float:
         import torch
 
-        w = torch.as_tensor(self.weights, dtype=torch.float32)
+        w = self._w
         h = torch.as_tensor(hidden, dtype=torch.float32).reshape(-1)
         if h.numel() != w.numel():
             raise ValueError(f"probe expects a hidden size of {w.numel()}, the model gives {h.numel()} "
@@ -76,7 +80,7 @@ async def passage_check(generator: Any, question: str, passage: str, layer: int 
     from inference.sampling_params import SamplingParams
 
     yes, no = yes_no_ids(generator.tokenizer)
-    prompt = check_prompts(generator.encode_chat, question, passage, "")[0]
+    prompt = check_prompt(generator.encode_chat, question, passage)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
                         hidden_state=layer is not None, hidden_state_layer=-1 if layer is None else layer)
     out = await generator.agenerate(prompt, sp)
@@ -93,7 +97,7 @@ async def check_signals(generator: Any, question: str, passage: str, answer: str
     # One after the other: both prompts start with the same passage and question, so the second
     # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
     passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None)
-    prompt = check_prompts(generator.encode_chat, question, passage, answer)[1]
+    prompt = check_prompt(generator.encode_chat, question, passage, answer)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
     out = await generator.agenerate(prompt, sp)
     signals = {"check_passage": passage_odds, "check_answer": yes_log_odds(out.candidate_logprobs, yes, no)}

@@ -252,7 +252,7 @@ def run_probe(args: argparse.Namespace) -> int:
 
     from eval.calibrate import calibration_items
     from eval.datasets import load_corpus, load_qa, sample_ids
-    from eval.probe import cross_validate, fit_probe, probe_pairs, roc_auc
+    from eval.probe import probe_pairs, train_probe
 
     from ..answerability import AnswerabilityProbe, passage_check
     from ..generator import Generator
@@ -293,28 +293,18 @@ def run_probe(args: argparse.Namespace) -> int:
             feats.append(h.numpy())
     finally:
         gen.close()
-    x, y = np.stack(feats).astype(np.float64), np.array([p.label for p in pairs])
-    groups = [p.qid for p in pairs]
-    cv = {l2: roc_auc(cross_validate(x, y, groups, l2), y) for l2 in l2s}
-    best = max(cv, key=lambda k: (cv[k], -k))
-    w, b = fit_probe(x, y, best)
-    gold = np.array([p.kind == "gold" for p in pairs])
+    w, b, summary = train_probe(np.stack(feats).astype(np.float64), pairs, odds, l2s)
     out = {"model": cfg.generator.engine.model, "probe": AnswerabilityProbe(layer, w.tolist(), b).to_dict(),
-           "layer": layer, "layers": depth, "l2": best, "cv_auc": cv[best],
-           "cv_auc_by_l2": {str(k): v for k, v in cv.items()}, "check_auc": roc_auc(odds, y),
-           "check_auc_same_paragraph": roc_auc(np.array(odds)[gold], y[gold]),
-           "pairs": len(pairs), "answerable_pairs": int(y.sum()), "dataset": Path(args.dataset).name,
+           "layer": layer, "layers": depth, **summary, "dataset": Path(args.dataset).name,
            "split": args.split, "seed": args.seed, "dtype": _resolved_dtype(cfg),
            "excluded": f"qa limit {args.exclude_limit} seed {args.exclude_seed}; calibration limit "
                        f"{args.calibration_limit} seed {args.calibration_seed}; and their paragraphs"}
-    scores = cross_validate(x, y, groups, best)
-    out["cv_auc_same_paragraph"] = roc_auc(scores[gold], y[gold])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(out) + "\n", encoding="utf-8")
     tmp.replace(args.out)
-    print(f"{out['model']}: probe on layer {layer}/{depth}, {len(pairs)} pairs ({int(y.sum())} answerable); "
-          f"5-fold AUC {cv[best]:.4f} (l2 {best:g}) vs passage check {out['check_auc']:.4f}; "
+    print(f"{out['model']}: probe on layer {layer}/{depth}, {out['pairs']} pairs ({out['answerable_pairs']} "
+          f"answerable); 5-fold AUC {out['cv_auc']:.4f} (l2 {out['l2']:g}) vs passage check {out['check_auc']:.4f}; "
           f"same-paragraph pairs {out['cv_auc_same_paragraph']:.4f} vs {out['check_auc_same_paragraph']:.4f}")
     print(f"wrote {args.out}")
     return 0
