@@ -55,6 +55,8 @@ class Answer:
     grounded: bool = False  # short answer decoded as a verbatim passage span
     # refusal signals: margin = log P(refusal) - log P(best span) at the first token, span_logprob
     signals: dict[str, float] = field(default_factory=dict)
+    # per-passage span candidates (`answer.per_passage`): passage index, span and signals of each
+    candidates: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self, passages: bool = True) -> dict[str, Any]:
         d = asdict(self)

@@ -91,16 +91,29 @@ async def check_signals(generator: Any, question: str, passage: str, answer: str
                         probe: AnswerabilityProbe | None = None) -> dict[str, float]:
     """`check_passage` and `check_answer`: log P(yes) - log P(no) of the two checks; with a probe,
     also `check_probe`, the probe's log-odds on the passage check's hidden state."""
-    from inference.sampling_params import SamplingParams
-
-    yes, no = yes_no_ids(generator.tokenizer)
     # One after the other: both prompts start with the same passage and question, so the second
     # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
+    signals = await passage_signals(generator, question, passage, probe)
+    signals["check_answer"] = await answer_check(generator, question, passage, answer)
+    return signals
+
+
+async def passage_signals(generator: Any, question: str, passage: str,
+                          probe: AnswerabilityProbe | None = None) -> dict[str, float]:
+    """`check_passage` (and with a probe `check_probe`): what does not depend on the answer."""
     passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None)
-    prompt = check_prompt(generator.encode_chat, question, passage, answer)
-    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
-    out = await generator.agenerate(prompt, sp)
-    signals = {"check_passage": passage_odds, "check_answer": yes_log_odds(out.candidate_logprobs, yes, no)}
+    signals = {"check_passage": passage_odds}
     if probe is not None:
         signals["check_probe"] = probe.score(hidden)
     return signals
+
+
+async def answer_check(generator: Any, question: str, passage: str, answer: str) -> float:
+    """`check_answer`: log-odds that the passage states `answer` answers the question."""
+    from inference.sampling_params import SamplingParams
+
+    yes, no = yes_no_ids(generator.tokenizer)
+    prompt = check_prompt(generator.encode_chat, question, passage, answer)
+    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
+    out = await generator.agenerate(prompt, sp)
+    return yes_log_odds(out.candidate_logprobs, yes, no)

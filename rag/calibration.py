@@ -26,16 +26,15 @@ SHIPPED = Path(__file__).with_name("calibration_defaults.json")
 
 
 @dataclass
-class RefusalModel:
-    """P(unanswerable) = sigmoid(bias + sum coef_i * (x_i - mean_i) / std_i); refuse at >= threshold
-    (the threshold is on the linear score, so it is exact, not rounded through the sigmoid)."""
+class LinearModel:
+    """score = bias + sum coef_i * (x_i - mean_i) / std_i over named signals (a fitted logistic
+    model's log-odds)."""
 
     features: list[str]
     mean: list[float]
     std: list[float]
     coef: list[float]
     bias: float
-    threshold: float
 
     def score(self, signals: dict[str, float]) -> float | None:
         """The linear score, or None when a feature is missing (e.g. the checks were off)."""
@@ -45,6 +44,21 @@ class RefusalModel:
                 for f, m, s, c in zip(self.features, self.mean, self.std, self.coef))
         return self.bias + z
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LinearModel:
+        return cls(**{k: d[k] for k in ("features", "mean", "std", "coef", "bias")})
+
+
+@dataclass
+class RefusalModel(LinearModel):
+    """P(unanswerable) = sigmoid(score); refuse at score >= threshold (the threshold is on the
+    linear score, so it is exact, not rounded through the sigmoid)."""
+
+    threshold: float
+
     def refuses(self, signals: dict[str, float]) -> bool | None:
         s = self.score(signals)
         return None if s is None else s >= self.threshold
@@ -53,12 +67,22 @@ class RefusalModel:
         s = self.score(signals)
         return None if s is None else 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, s))))
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RefusalModel:
         return cls(**{k: d[k] for k in ("features", "mean", "std", "coef", "bias", "threshold")})
+
+
+class SpanSelector(LinearModel):
+    """Which per-passage span to give (`rag/span_select.py`): log-odds that a candidate is the
+    right answer, fitted by `rag eval calibrate` on answerable calibration questions."""
+
+    def choose(self, candidates: list[dict[str, float]]) -> int | None:
+        """Index of the best-scored candidate (ties: the better-ranked passage); None when a
+        candidate lacks a feature the selector reads."""
+        scores = [self.score(c) for c in candidates]
+        if not scores or any(s is None for s in scores):
+            return None
+        return max(range(len(scores)), key=lambda i: (scores[i], -i))
 
 
 def calibration_path(storage: Path, name: str) -> Path:
@@ -97,6 +121,12 @@ def load_refusal_model(path: Path, model: str, shipped: bool = True,
                        language: str | None = None) -> RefusalModel | None:
     entry = load_thresholds(path, model, shipped, language)
     return RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None
+
+
+def load_span_selector(path: Path, model: str, shipped: bool = True,
+                       language: str | None = None) -> SpanSelector | None:
+    entry = load_thresholds(path, model, shipped, language)
+    return SpanSelector.from_dict(entry["span_selector"]) if "span_selector" in entry else None  # type: ignore[return-value]
 
 
 def save_thresholds(path: Path, model: str, entry: dict[str, Any]) -> None:

@@ -51,6 +51,10 @@ class AnswerConfig(BaseModel):
         "grounded short mode: ask the model whether the passage holding the span answers the question "
         "(two one-token prompts) when a calibrated refusal model for the generator will weigh them (or while "
         "`rag eval calibrate` runs)"))
+    per_passage: bool | None = Field(None, description=(
+        "grounded short mode: decode one span per passage, check each and give the one the calibrated span "
+        "selector scores best (citing the passage it came from); null: when the calibration entry of the "
+        "generator has a selector"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-ba
     from retrieval.retriever import FilterSpec, Retriever
 
     from .answerability import AnswerabilityProbe
-    from .calibration import RefusalModel
+    from .calibration import RefusalModel, SpanSelector
 
 
 class Pipeline:
@@ -54,6 +54,8 @@ class Pipeline:
         self.probe: AnswerabilityProbe | None = None
         self.stored_probe = True  # else use only `probe` (calibration must match what it stores)
         self._probes: dict[str, AnswerabilityProbe | None] = {}
+        self._selectors: dict[str, SpanSelector | None] = {}
+        self.stored_selector = True  # else choose as the single decode would (calibration fits the selector)
         # Searches and index updates (server ingest jobs) must not interleave on the store.
         self.lock = threading.RLock()
 
@@ -239,6 +241,11 @@ class Pipeline:
             yield answer.text
             yield answer
             return
+        if answer.mode == "short" and answer.grounded and self._per_passage(answer.question):
+            final = await self._answer_per_passage(answer, built, params, t0)
+            yield final.text
+            yield final
+            return
         markers = MarkerFilter({p.marker for p in answer.passages})
         last = None
         short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
@@ -282,12 +289,60 @@ class Pipeline:
         answer.timings_ms["check"] = _ms(t1)
         return out
 
+    def _per_passage(self, question: str) -> bool:
+        """Per-passage candidates (`rag/span_select.py`): as configured, else when a span selector
+        is calibrated for the generator. They need the checks, i.e. a refusal model to read them
+        (or a calibration run recording them)."""
+        ac = self.cfg.answer
+        if not ac.verify or (not self.record_signals and self._refusal_model(question) is None):
+            return False
+        return ac.per_passage if ac.per_passage is not None else self._selector(question) is not None
+
+    async def _answer_per_passage(self, answer: Answer, built: prompt_mod.BuiltPrompt, params: SamplingParams,
+                                  t0: float) -> Answer:
+        """One span per passage, the checks on each, the selector's choice; cited to its passage."""
+        from .answerability import answer_check, passage_signals
+        from .span_select import choose, decode_candidates
+
+        q = answer.question
+        body = [prompt_mod.passage_body(self.cfg.prompt, p) for p in answer.passages]
+        procs = [self._span_processor_for([t], params, refuse_margin=float("inf")) for t in body]
+        cands = await decode_candidates(self.generator, built.token_ids, params, procs)
+        t1 = time.perf_counter()
+        probe = self._probe(q)
+        live = [c for c in cands if c.text.strip() and c.processor.steps]
+        for c in live:
+            c.signals.update(await passage_signals(self.generator, q, body[c.index], probe))
+        selector = self._selector(q) if self.stored_selector else None
+        best = choose(cands, selector)
+        # The answer check is one more prompt per candidate; unless the selector reads it (or a
+        # calibration run records every signal) only the chosen span needs it, for the refusal.
+        every = self.record_signals or (selector is not None and "check_answer" in selector.features)
+        for c in live if every else [best] if best is not None else []:
+            c.signals["check_answer"] = await answer_check(self.generator, q, body[c.index], c.text.strip())
+        if every and selector is not None:
+            best = choose(cands, selector)
+        answer.timings_ms["check"] = _ms(t1)
+        answer.candidates = [c.to_dict() for c in cands]
+        if best is None:  # no passage gave a span (cannot happen with non-empty passages)
+            answer.text, answer.refused = self.cfg.prompt.refusal, True
+            answer.timings_ms["total"] = _ms(t0)
+            return answer
+        span_keys = {"margin", "span_logprob", "min_logprob", "span_tokens"}
+        extra = {k: v for k, v in best.signals.items() if k not in span_keys}
+        return self.finish(answer, best.output, MarkerFilter(set()), t0, best.processor, extra,
+                           source=best.index)
+
     def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams,
                         question: str = "") -> GroundedSpanProcessor:
         texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
+        return self._span_processor_for(texts, params, self._refuse_margin(question))
+
+    def _span_processor_for(self, texts: list[str], params: SamplingParams,
+                            refuse_margin: float | None) -> GroundedSpanProcessor:
         return GroundedSpanProcessor(texts, self.generator.tokenizer, self.cfg.prompt.refusal,
                                      eos_token_id=self._eos_ids(),
-                                     max_tokens=params.max_tokens, refuse_margin=self._refuse_margin(question))
+                                     max_tokens=params.max_tokens, refuse_margin=refuse_margin)
 
     def _eos_ids(self) -> set[int] | int | None:
         engine = getattr(self.generator.engine, "engine", None)
@@ -336,6 +391,17 @@ class Pipeline:
             self._probes[lang] = AnswerabilityProbe.from_dict(entry["probe"]) if "probe" in entry else None
         return self._probes[lang]
 
+    def _selector(self, question: str = "") -> SpanSelector | None:
+        """The span selector stored with the calibration entry for this model and language."""
+        lang = _language(question)
+        if lang not in self._selectors:
+            from .calibration import calibration_path, load_span_selector
+
+            self._selectors[lang] = load_span_selector(
+                calibration_path(self.cfg.storage_path, self.cfg.answer.calibration),
+                self.cfg.generator.engine.model, language=lang)
+        return self._selectors[lang]
+
     def _refuse_margin(self, question: str = "") -> float | None:
         # With a refusal model the span path is always taken; the model weighs the margin itself.
         if self._refusal_model(question) is not None:
@@ -343,13 +409,14 @@ class Pipeline:
         return self._threshold("refuse_margin", question)
 
     def finish(self, answer: Answer, out: RequestOutput | None, markers: MarkerFilter, t0: float,
-               span: GroundedSpanProcessor | None = None, checks: dict[str, float] | None = None) -> Answer:
+               span: GroundedSpanProcessor | None = None, checks: dict[str, float] | None = None,
+               source: int | None = None) -> Answer:
         """Turn the streamed, marker-checked text into the answer: citations, refusal, costs.
 
         Long mode: `text` is exactly what was streamed; when the model cited nothing, citations
         are attributed by word overlap and flagged `inferred`. Short mode: the span, then the
-        marker of the first passage that contains it verbatim (none if none does). A refusal cites
-        nothing.
+        marker of `source` (the passage a per-passage candidate was decoded from), else of the
+        first passage that contains it verbatim (none if none does). A refusal cites nothing.
         """
         text = markers.text
         refusal = self.cfg.prompt.refusal
@@ -371,7 +438,12 @@ class Pipeline:
         if answer.mode == "short":
             if span is not None and not refused and span.steps:
                 text = span.answer_text()  # whole words even when max_tokens cut the span
-            cites = [] if refused else self._span_citations(text, answer.passages)
+            if refused:
+                cites = []
+            elif source is not None:  # the passage the span was decoded from (per-passage candidates)
+                cites = [to_citation(answer.passages[source])]
+            else:
+                cites = self._span_citations(text, answer.passages)
             if refused:
                 text = refusal
             elif cites:

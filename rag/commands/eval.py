@@ -49,6 +49,9 @@ def register(sub) -> None:
     c.add_argument("--probe", metavar="FILE",
                    help="answerability probe from `rag eval probe`: its score becomes a refusal signal and the "
                         "probe is stored with the calibration entry (without it, no probe is used)")
+    c.add_argument("--refit", metavar="POINTS",
+                   help="fit from the --points file of an earlier run (same model and flags) instead of answering "
+                        "the questions again")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=run_calibrate)
     pr = esub.add_parser("probe", help="train the answerability probe on question/passage pairs outside the "
@@ -166,14 +169,14 @@ def run_qa(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
-
-    from eval.answers import token_f1
-    from eval.calibrate import Point, calibration_items, fit_refusal_model, pick_margin
+    from eval.calibrate import (
+        calibration_items,
+        fit_refusal_model,
+        fit_span_selector,
+        pick_margin,
+        select_candidates,
+    )
     from eval.datasets import load_qa
-    from eval.qa_eval import normalise_answer_output
-    from eval.runner import open_eval_pipeline
 
     from ..calibration import calibration_path, save_thresholds
 
@@ -184,38 +187,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return 2
     items = calibration_items(load_qa(args.dataset, args.split), args.limit, args.seed, args.exclude_limit,
                               args.exclude_seed)
-    cfg.answer.refuse_margin = 1e9  # always take the best span; the thresholds are chosen afterwards
-    cfg.answer.refuse_min_logprob = -1e9
-    pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
-    pipe.record_signals = True  # the checks are features of the model being fitted
     probe, trained = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else (None, {})
-    pipe.probe, pipe.stored_probe = probe, False  # the entry written below must match the signals
-    points = []
-    # --points is written as it goes (one JSON line per question, flushed), so an interrupted
-    # hour-long run keeps what it measured and can be refitted offline.
-    sink = open(args.points, "w", encoding="utf-8") if args.points else None  # noqa: SIM115
-    try:
-        from tqdm import tqdm
-
-        for it in tqdm(items, disable=args.no_progress, desc="calibrate", unit="q"):
-            a = pipe.ask(it.question, mode="short")
-            out = normalise_answer_output(a)
-            text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
-            f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
-            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
-                                a.signals.get("min_logprob", 0.0), dict(a.signals)))
-            if sink is not None:
-                sink.write(json.dumps({**dataclasses.asdict(points[-1]), "id": it.id, "answer": text}) + "\n")
-                sink.flush()
-    finally:
-        pipe.close()
-        if sink is not None:
-            sink.close()
+    points = _read_points(args.refit, items) if args.refit else _answer_points(args, cfg, items, probe)
     best = pick_margin(points, args.max_false_refusal)  # span-only thresholds: the fallback without checks
+    selector = fit_span_selector(points) if cfg.answer.verify else None
     if cfg.answer.verify:
-        fitted = fit_refusal_model(points, args.max_false_refusal)
+        fitted = fit_refusal_model(select_candidates(points, selector), args.max_false_refusal)
         best = {**best, "refusal_model": fitted["refusal_model"],
                 **{k: fitted[k] for k in ("f1", "refusal_acc", "false_refusal")}}
+    if selector is not None:
+        best["span_selector"] = selector
     model = cfg.generator.engine.model
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
     save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
@@ -225,10 +206,75 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                   **({"probe": probe.to_dict(), "probe_trained": trained} if probe is not None else {})})
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
+    if selector is not None:
+        how += "; span selector over " + ", ".join(selector["features"])
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
     print(f"wrote {path}")
     return 0
+
+
+def _answer_points(args: argparse.Namespace, cfg, items, probe) -> list:
+    """Answer every calibration question down the span path and keep its signals (and, with
+    per-passage candidates, every candidate's) as calibration points."""
+    import dataclasses
+
+    from eval.answers import token_f1
+    from eval.calibrate import Point
+    from eval.qa_eval import normalise_answer_output
+    from eval.runner import open_eval_pipeline
+
+    cfg.answer.refuse_margin = 1e9  # always take the best span; the thresholds are chosen afterwards
+    cfg.answer.refuse_min_logprob = -1e9
+    pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
+    pipe.record_signals = True  # the checks are features of the model being fitted
+    pipe.probe, pipe.stored_probe = probe, False  # the entry written afterwards must match the signals
+    pipe.stored_selector = False  # candidates are chosen again with the selector fitted from them
+    points = []
+    # --points is written as it goes (one JSON line per question, flushed), so an interrupted
+    # hour-long run keeps what it measured and can be refitted offline (--refit).
+    sink = open(args.points, "w", encoding="utf-8") if args.points else None  # noqa: SIM115
+    try:
+        from tqdm import tqdm
+
+        for it in tqdm(items, disable=args.no_progress, desc="calibrate", unit="q"):
+            a = pipe.ask(it.question, mode="short")
+            out = normalise_answer_output(a)
+            text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
+            f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
+            cands = [{"signals": c["signals"], "span": c["span"], "passage": c["passage"],
+                      "f1": 0.0 if it.is_impossible else token_f1(c["span"], it.answers)} for c in a.candidates]
+            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
+                                a.signals.get("min_logprob", 0.0), dict(a.signals), cands))
+            if sink is not None:
+                sink.write(json.dumps({**dataclasses.asdict(points[-1]), "id": it.id, "answer": text}) + "\n")
+                sink.flush()
+    finally:
+        pipe.close()
+        if sink is not None:
+            sink.close()
+    return points
+
+
+def _read_points(path: str, items) -> list:
+    """The points of a `--points` file, in the order of this run's calibration questions; every
+    question must be there (a file from another sample or an unfinished run is an error)."""
+    from eval.calibrate import Point
+
+    by_id = {}
+    try:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                by_id[d["id"]] = Point(d["margin"], bool(d["impossible"]), float(d["f1"]), d.get("min_logprob", 0.0),
+                                       dict(d.get("signals", {})), list(d.get("candidates", [])))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path} is not a --points file of `rag eval calibrate` ({e})") from None
+    missing = [it.id for it in items if it.id not in by_id]
+    if missing:
+        raise SystemExit(f"error: {path} lacks {len(missing)} of the {len(items)} calibration questions "
+                         f"(e.g. {missing[0]}): refit with the --limit/--seed of the run that wrote it")
+    return [by_id[it.id] for it in items]
 
 
 def _load_probe(path: str, model: str):

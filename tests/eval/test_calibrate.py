@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eval.calibrate import Point, calibration_items, fit_refusal_model, pick_margin, score_threshold
 from eval.datasets import QAItem, sample_ids
 from eval.qa_eval import QAOutput, evaluate_qa
@@ -92,3 +94,86 @@ def test_refusal_model_threshold_honours_the_false_refusal_cap():
     assert strict["false_refusal"] == 0.0
     loose = fit_refusal_model(pts, max_false_refusal=0.5)
     assert loose["f1"] > strict["f1"]
+
+
+def _cand(probe: float, margin: float, f1: float, rank: int) -> dict:
+    return {"signals": {"check_probe": probe, "margin": margin, "span_logprob": -0.5, "check_answer": 0.0,
+                        "span_tokens": 2.0, "passage_rank": float(rank)}, "f1": f1, "span": f"span {rank}"}
+
+
+def _selector_points() -> list[Point]:
+    """Answerable questions whose right span (f1 1) has the higher probe but a worse first-token
+    margin than a wrong one; one unanswerable point, whose candidates must not train the selector."""
+    pts = []
+    for k in range(6):
+        right, wrong = _cand(2.0 + k / 10, -3.0, 1.0, 1), _cand(-2.0 - k / 10, -6.0, 0.0, 0)
+        pts.append(Point(-6.0, False, 0.0, -0.5, dict(wrong["signals"]), [wrong, right]))
+    imp = [_cand(5.0, -8.0, 0.0, 0), _cand(-5.0, -1.0, 0.0, 1)]
+    pts.append(Point(-8.0, True, 0.0, -0.5, dict(imp[0]["signals"]), imp))
+    return pts
+
+
+def test_span_selector_learns_which_candidate_is_right():
+    """Catches a selector fitted with its sign inverted, on unanswerable candidates, or not applied
+    when points are re-chosen (then each answerable point keeps the wrong, lower-margin span)."""
+    from eval.calibrate import fit_span_selector, select_candidates
+    from rag.calibration import SpanSelector
+
+    pts = _selector_points()
+    sel = fit_span_selector(pts, features=("check_probe",))
+    assert sel is not None and sel["coef"][0] > 0
+    assert SpanSelector.from_dict(sel).choose([{"check_probe": -1.0}, {"check_probe": 1.0}]) == 1
+    chosen = select_candidates(pts, sel)
+    assert [p.f1 for p in chosen[:6]] == [1.0] * 6
+    assert all(p.signals["passage_rank"] == 1.0 for p in chosen[:6])
+    unchosen = select_candidates(pts, None)  # no selector: the lowest margin, as the single decode
+    assert [p.f1 for p in unchosen[:6]] == [0.0] * 6
+    assert fit_span_selector([Point(0.0, False, 1.0)]) is None  # no candidates: nothing to fit
+
+
+def test_span_selector_ties_and_missing_signals():
+    """Catches a tie going to the worse-ranked passage and a missing signal read as 0."""
+    from rag.calibration import SpanSelector
+
+    sel = SpanSelector(["check_probe"], [0.0], [1.0], [1.0], 0.0)
+    assert sel.choose([{"check_probe": 1.0}, {"check_probe": 1.0}]) == 0
+    assert sel.choose([{"check_probe": 1.0}, {"margin": 3.0}]) is None
+
+
+def test_calibrate_refit_fits_from_a_points_file(tmp_path):
+    """Catches `rag eval calibrate --refit` answering questions again (it must not load a model),
+    losing the candidates of the points file, or accepting a file from another sample."""
+    from rag.cli import main
+
+    ds = tmp_path / "ds"
+    (ds / "qa").mkdir(parents=True)
+    items = _items(40)
+    (ds / "qa" / "dev.jsonl").write_text("".join(json.dumps(i.to_dict()) + "\n" for i in items), encoding="utf-8")
+    cal = calibration_items(items, 20, 1, 10, 0)
+    base = _selector_points()
+    rows = []
+    for k, it in enumerate(cal):
+        p = base[k % 6] if not it.is_impossible else base[6]
+        sig = {**p.signals, "check_passage": 1.0 if not it.is_impossible else -1.0, "check_answer": 0.0,
+               "min_logprob": -0.5}
+        cands = [{**c, "signals": {**c["signals"], "check_passage": sig["check_passage"], "min_logprob": -0.5}}
+                 for c in p.candidates]
+        rows.append({"id": it.id, "margin": p.margin, "impossible": it.is_impossible, "f1": p.f1,
+                     "min_logprob": -0.5, "signals": sig, "candidates": cands, "answer": "x"})
+    points = tmp_path / "points.jsonl"
+    points.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "cal.json"
+    def args(refit) -> list[str]:
+        return ["eval", "calibrate", "--dataset", str(ds), "--limit", "20", "--seed", "1", "--exclude-limit", "10",
+                "--refit", str(refit), "--out", str(out), "--set", f"storage.path={tmp_path / 'st'}",
+                "--set", "generator.engine.model=/nonexistent/model.gguf"]
+    assert main(args(points)) == 0
+    entry = json.loads(out.read_text())["/nonexistent/model.gguf"]
+    assert set(entry["span_selector"]["features"]) >= {"check_probe", "margin"}
+    assert entry["refusal_model"]["features"] and entry["false_refusal"] <= 0.15
+    assert entry["n"] == 20.0
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]), encoding="utf-8")
+
+    with pytest.raises(SystemExit, match="lacks 15 of the 20"):
+        main(args(short))

@@ -231,3 +231,60 @@ def test_probe_rejects_a_hidden_state_of_another_size():
     assert probe.score([1.0, 1.0, 1.0]) == pytest.approx(6.5)
     with pytest.raises(ValueError, match="hidden size of 3"):
         probe.score([1.0] * 4)
+
+
+def test_per_passage_candidates_follow_the_selector_and_cite_their_passage(pipeline):
+    """Catches per-passage decoding that is not confined to its passage, a selector that is loaded
+    but not applied, a citation of the first passage holding the words instead of the passage the
+    chosen span came from, and per-passage work when nothing asked for it. The selector reads only
+    `passage_rank`: coef +1 must pick the last passage's span, -1 the first's."""
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    texts = ["The capital city of Zarnovia is Velmora.",
+             "An old atlas says the capital city of Zarnovia is Kestrin.",
+             "The flag of Zarnovia is green and white."]
+    question = "What is the capital city of Zarnovia?"
+    never = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": 1e9}
+
+    def entry(coef: float) -> dict:
+        return {"refusal_model": never, "span_selector": {"features": ["passage_rank"], "mean": [0.0],
+                                                          "std": [1.0], "coef": [coef], "bias": 0.0}}
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": never})
+        pipeline._refusal, pipeline._selectors = None, {}
+        plain = pipeline.ask(question, passages=texts, mode="short")
+        assert plain.candidates == []  # no selector calibrated: the single decode
+        for coef, want in ((1.0, 3), (-1.0, 1)):
+            save_thresholds(path, cfg.generator.engine.model, entry(coef))
+            pipeline._refusal, pipeline._selectors = None, {}
+            a = pipeline.ask(question, passages=texts, mode="short")
+            assert not a.refused, a
+            assert [c["passage"] for c in a.candidates] == [0, 1, 2]
+            for c in a.candidates:
+                assert c["span"] and " ".join(c["span"].split()) in texts[c["passage"]], c
+                assert {"check_passage", "passage_rank"} <= set(c["signals"])
+                # the answer check only for the chosen span: the selector does not read it
+                assert ("check_answer" in c["signals"]) == (c["passage"] == want - 1), c
+            assert [c.marker for c in a.citations] == [want], a
+            assert "check_answer" in a.signals and "p_unanswerable" in a.signals
+            assert _body(a.text) == a.candidates[want - 1]["span"]
+            assert a.signals["passage_rank"] == want - 1
+        cfg.answer.per_passage = True  # forced on without a selector: the single decode's choice
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": never})
+        pipeline._refusal, pipeline._selectors = None, {}
+        b = pipeline.ask(question, passages=texts, mode="short")
+        best = min(b.candidates, key=lambda c: (c["signals"]["margin"], c["passage"]))
+        assert _body(b.text) == best["span"] and [c.marker for c in b.citations] == [best["passage"] + 1]
+        pipeline.record_signals = True  # calibration: every candidate's answer check, for refits
+        try:
+            r = pipeline.ask(question, passages=texts, mode="short")
+        finally:
+            pipeline.record_signals = False
+        assert all("check_answer" in c["signals"] for c in r.candidates)
+    finally:
+        cfg.answer.per_passage = None
+        path.unlink(missing_ok=True)
+        pipeline._refusal, pipeline._selectors = None, {}
