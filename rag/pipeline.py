@@ -318,7 +318,7 @@ class Pipeline:
         # The answer check is one more prompt per candidate; unless the selector reads it (or a
         # calibration run records every signal) only the chosen span needs it, for the refusal.
         every = self.record_signals or (selector is not None and "check_answer" in selector.features)
-        for c in live if every else [best] if best is not None else []:
+        for c in live if every else [x for x in (best,) if x is not None]:
             c.signals["check_answer"] = await answer_check(self.generator, q, body[c.index], c.text.strip())
         if every and selector is not None:
             best = choose(cands, selector)
@@ -328,9 +328,7 @@ class Pipeline:
             answer.text, answer.refused = self.cfg.prompt.refusal, True
             answer.timings_ms["total"] = _ms(t0)
             return answer
-        span_keys = {"margin", "span_logprob", "min_logprob", "span_tokens"}
-        extra = {k: v for k, v in best.signals.items() if k not in span_keys}
-        return self.finish(answer, best.output, MarkerFilter(set()), t0, best.processor, extra,
+        return self.finish(answer, best.output, MarkerFilter(set()), t0, best.processor, best.signals,
                            source=best.index)
 
     def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams,

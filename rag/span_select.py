@@ -24,9 +24,6 @@ from inference.structured import GroundedSpanProcessor
 
 from .calibration import SpanSelector
 
-# Signals of one candidate: the span decoder's, the checks', and the passage's rank in the prompt.
-CANDIDATE_SIGNALS = ("margin", "span_logprob", "min_logprob", "span_tokens", "passage_rank")
-
 
 @dataclass
 class SpanCandidate:
@@ -46,6 +43,8 @@ class SpanCandidate:
 
 
 def span_signals(p: GroundedSpanProcessor, index: int) -> dict[str, float]:
+    """The span decoder's signals of a candidate and its passage's rank in the prompt (the
+    checks' are added by the pipeline)."""
     return {"margin": p.margin if p.margin is not None else 0.0, "span_logprob": p.span_logprob,
             "min_logprob": p.min_logprob, "span_tokens": float(p.steps), "passage_rank": float(index)}
 
