@@ -226,6 +226,10 @@ def _answer_points(args: argparse.Namespace, cfg, items, probe) -> list:
 
     cfg.answer.refuse_margin = 1e9  # always take the best span; the thresholds are chosen afterwards
     cfg.answer.refuse_min_logprob = -1e9
+    if cfg.answer.per_passage is None:
+        # Record every passage's span so a selector can be fitted (with a probe); with the
+        # per-passage path off (`--set answer.per_passage=false`) the single decode is calibrated.
+        cfg.answer.per_passage = True
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     pipe.record_signals = True  # the checks are features of the model being fitted
     pipe.probe, pipe.stored_probe = probe, False  # the entry written afterwards must match the signals

@@ -153,3 +153,9 @@ def test_calibrate_with_a_probe_fits_on_its_score_and_stores_it(tmp_path, capsys
     assert entry["probe"]["layer"] == 10 and len(entry["probe"]["weights"]) == 576
     assert entry["probe_trained"]["model"] == "smollm2"
     assert "check_probe" in entry["refusal_model"]["features"]
+    # per-passage candidates are recorded by default, each with the probe the selector reads
+    cands = [c for r in rows for c in r["candidates"]]
+    assert all(len(r["candidates"]) == 4 for r in rows)  # the four paragraphs, one span each
+    assert all("check_probe" in c["signals"] and "passage_rank" in c["signals"] for c in cands if c["span"])
+    right = {c["f1"] >= 0.5 for r in rows if not r["impossible"] for c in r["candidates"]}
+    assert ("span_selector" in entry) == (right == {True, False})
