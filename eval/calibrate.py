@@ -168,16 +168,17 @@ def select_candidates(points: Sequence[Point], selector: dict | None) -> list[Po
     """Each point as the pipeline would answer it with `selector`: the chosen candidate's signals
     and F1 (`rag/span_select.py: choose`, the same rule); points without candidates unchanged."""
     from rag.calibration import SpanSelector
+    from rag.span_select import pick
 
     sel = SpanSelector.from_dict(selector) if selector else None
     out = []
     for p in points:
         live = [c for c in p.candidates if c.get("span", "").strip() and c["signals"].get("span_tokens", 1)]
-        if not live:
+        i = pick([c["signals"] for c in live], sel)
+        if i is None:
             out.append(p)
             continue
-        i = sel.choose([c["signals"] for c in live]) if sel is not None else None
-        c = live[i] if i is not None else min(live, key=lambda c: c["signals"]["margin"])
+        c = live[i]
         s = c["signals"]
         out.append(Point(s["margin"], p.impossible, c["f1"], s.get("min_logprob", 0.0), dict(s), p.candidates))
     return out

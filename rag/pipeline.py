@@ -314,14 +314,16 @@ class Pipeline:
         for c in live:
             c.signals.update(await passage_signals(self.generator, q, body[c.index], probe))
         selector = self._selector(q) if self.stored_selector else None
-        best = choose(cands, selector)
         # The answer check is one more prompt per candidate; unless the selector reads it (or a
         # calibration run records every signal) only the chosen span needs it, for the refusal.
         every = self.record_signals or (selector is not None and "check_answer" in selector.features)
-        for c in live if every else [x for x in (best,) if x is not None]:
-            c.signals["check_answer"] = await answer_check(self.generator, q, body[c.index], c.text.strip())
-        if every and selector is not None:
-            best = choose(cands, selector)
+        if every:
+            for c in live:
+                c.signals["check_answer"] = await answer_check(self.generator, q, body[c.index], c.text.strip())
+        best = choose(cands, selector)
+        if best is not None and not every:
+            best.signals["check_answer"] = await answer_check(self.generator, q, body[best.index],
+                                                              best.text.strip())
         answer.timings_ms["check"] = _ms(t1)
         answer.candidates = [c.to_dict() for c in cands]
         if best is None:  # no passage gave a span (cannot happen with non-empty passages)

@@ -66,14 +66,19 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
     return [SpanCandidate(i, p, o, span_signals(p, i)) for i, (p, o) in enumerate(zip(processors, outs))]
 
 
-def choose(candidates: list[SpanCandidate], selector: SpanSelector | None) -> SpanCandidate | None:
-    """The candidate to answer with: the selector's best; without one (or when a candidate lacks a
-    signal it reads) the single decode's choice, the span whose first token the model preferred
-    (lowest margin). None when no passage gave a span."""
-    live = [c for c in candidates if c.text.strip() and c.processor.steps]
-    if not live:
+def pick(signals: list[dict[str, float]], selector: SpanSelector | None) -> int | None:
+    """Index of the candidate to answer with, given each live candidate's signals: the selector's
+    best; without one (or when a candidate lacks a signal it reads) the single decode's choice, the
+    span whose first token the model preferred (lowest margin; ties: better-ranked passage). None
+    when there is no candidate. `rag eval calibrate` re-chooses calibration points with this too."""
+    if not signals:
         return None
-    i = selector.choose([c.signals for c in live]) if selector is not None else None
-    if i is None:
-        return min(live, key=lambda c: (c.signals["margin"], c.index))
-    return live[i]
+    i = selector.choose(signals) if selector is not None else None
+    return i if i is not None else min(range(len(signals)), key=lambda k: (signals[k]["margin"], k))
+
+
+def choose(candidates: list[SpanCandidate], selector: SpanSelector | None) -> SpanCandidate | None:
+    """The candidate to answer with (`pick`) among those that gave a span; None when none did."""
+    live = [c for c in candidates if c.text.strip() and c.processor.steps]
+    i = pick([c.signals for c in live], selector)
+    return None if i is None else live[i]
