@@ -30,6 +30,20 @@ class PostgresUnavailable(RuntimeError):
     """No PostgreSQL with pgvector can be started on this machine (the reason says why)."""
 
 
+class _PortTaken(Exception):
+    """The postmaster could not bind its port (taken after `free_port` probed it): retry another."""
+
+
+def _tail(log: Path, offset: int = 0, n: int = 1200) -> str:
+    """The end of what this start wrote to the server log (the reason a start failed)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")[-n:].strip() or "(empty log)"
+    except OSError as e:
+        return f"(no log: {e})"
+
+
 def _has_vector(bindir: Path) -> bool:
     share = bindir.parent / "share"
     return any(share.glob("**/extension/vector.control"))
@@ -118,65 +132,111 @@ class LocalPostgres:
         os.chown(self.data, pw.pw_uid, pw.pw_gid)
         return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
-    def start(self, timeout: float = 60.0) -> LocalPostgres:
+    def start(self, timeout: float = 120.0, start_delay_s: float = 0.0) -> LocalPostgres:
+        """Start the server and return only once it is *ours* and serves queries: a real connection,
+        the data directory it reports equal to ours (not another server that won a port race), a
+        primary out of recovery with pgvector created, a standby consistent and replaying.
+        `timeout` is a deadline, not a sleep: a fast machine returns in well under a second.
+        `start_delay_s` holds the postmaster back before it listens (tests of slow start-up)."""
         self.root.mkdir(parents=True, exist_ok=True)
         who = self._as_user()
         log = self.root / "postgres.log"
         if self.primary is not None and not (self.data / "PG_VERSION").exists():
-            self._base_backup(who, timeout)
+            self.base_backup(timeout)
         if not (self.data / "PG_VERSION").exists():
             r = subprocess.run([str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
                                 "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"],
                                capture_output=True, text=True, **who)
             if r.returncode != 0:
                 raise PostgresUnavailable(f"initdb failed ({self.bindir}): {r.stderr.strip()[-800:]}")
-        self.port = self.port or free_port()
-        args = [str(self.bindir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
-                "-c", "unix_socket_directories="]
-        for k, v in self.settings.items():
-            args += ["-c", f"{k}={v}"]
-        with open(log, "ab") as fh:
-            self.proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, **who)
-        self._wait_ready(timeout, log)
-        return self
+        fixed_port = bool(self.port)  # a restart keeps its port (clients hold the DSN)
+        for attempt in range(3):
+            self.port = self.port or free_port()
+            args = [str(self.bindir / "postgres"), "-D", str(self.data), "-h", "127.0.0.1", "-p", str(self.port),
+                    "-c", "unix_socket_directories="]
+            for k, v in self.settings.items():
+                args += ["-c", f"{k}={v}"]
+            if start_delay_s > 0:
+                args = ["/bin/sh", "-c", f'sleep {start_delay_s:g}; exec "$@"', "postgres", *args]
+            offset = log.stat().st_size if log.exists() else 0
+            with open(log, "ab") as fh:
+                self.proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, **who)
+            try:
+                self._wait_ready(timeout, log, offset)
+                return self
+            except _PortTaken:
+                if fixed_port or attempt == 2:
+                    raise PostgresUnavailable(f"port {self.port} is taken: {_tail(log, offset)}") from None
+                self.port = 0  # another process took the free port between our probe and the bind
+        raise AssertionError("unreachable")
 
-    def _wait_ready(self, timeout: float, log: Path) -> None:
+    def _wait_ready(self, timeout: float, log: Path, offset: int = 0) -> None:
         import psycopg
 
         t_end = time.monotonic() + timeout
+        last = "no answer yet"
         while True:
             if self.proc is not None and self.proc.poll() is not None:
-                raise PostgresUnavailable(f"postgres exited with {self.proc.returncode}: "
-                                          f"{log.read_text(errors='replace')[-800:]}")
+                text = _tail(log, offset)
+                if "could not bind" in text or "Address already in use" in text:
+                    raise _PortTaken(text)
+                raise PostgresUnavailable(f"postgres exited with {self.proc.returncode}: {text}")
             try:
-                with psycopg.connect(self.dsn, connect_timeout=2, autocommit=True) as c:
-                    # a standby is read-only (the extension comes with the base backup)
-                    c.execute("SELECT 1" if self.primary else "CREATE EXTENSION IF NOT EXISTS vector")
+                with psycopg.connect(self.dsn, connect_timeout=5, autocommit=True) as c:
+                    data_dir = c.execute("SHOW data_directory").fetchone()[0]
+                    if Path(data_dir).resolve() != self.data.resolve():
+                        # someone else's server answers on our port: ours cannot bind it
+                        last = f"port {self.port} is served by another PostgreSQL ({data_dir})"
+                        raise psycopg.OperationalError(last)
+                    in_recovery = c.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+                    if self.primary is None:
+                        if in_recovery:
+                            raise psycopg.OperationalError("the primary is still in recovery")
+                        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    elif not in_recovery or c.execute("SELECT pg_last_wal_replay_lsn()").fetchone()[0] is None:
+                        # a standby serves reads once consistent and replaying (the extension comes
+                        # with the base backup)
+                        raise psycopg.OperationalError("the standby has not replayed WAL yet")
                 return
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as e:
+                last = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 if time.monotonic() > t_end:
                     self.stop()
-                    raise PostgresUnavailable(f"postgres did not accept connections within {timeout:.0f}s: "
-                                              f"{log.read_text(errors='replace')[-800:]}") from None
+                    raise PostgresUnavailable(f"postgres on port {self.port} was not ready within {timeout:.0f}s "
+                                              f"(last: {last}); log: {_tail(log, offset)}") from None
                 time.sleep(0.1)
 
     # ---- streaming read replica --------------------------------------------------------
-    def start_replica(self, data_root: str | Path | None = None, timeout: float = 300.0) -> LocalPostgres:
+    def start_replica(self, data_root: str | Path | None = None, timeout: float = 300.0,
+                      start_delay_s: float = 0.0) -> LocalPostgres:
         """A hot standby of this (running) server: `pg_basebackup -R` from the same binaries into a
         temp dir, then postgres on a second port, 127.0.0.1 only, stopped by its own PID. It streams
         WAL from this server and answers read-only queries (`storage.read_dsn`)."""
+        rep = self.replica(data_root)
+        rep.base_backup(timeout)
+        return rep.start(timeout, start_delay_s)
+
+    def replica(self, data_root: str | Path | None = None, settings: dict[str, str] | None = None
+                ) -> LocalPostgres:
+        """A standby of this server, not yet backed up nor started (`base_backup`, then `start`)."""
         if self.proc is None or self.proc.poll() is not None:
             raise PostgresUnavailable("start the primary before its replica")
-        rep = LocalPostgres(data_root, settings={**self.settings, "hot_standby": "on"})
+        rep = LocalPostgres(data_root, settings={**self.settings, "hot_standby": "on", **(settings or {})})
         rep.bindir, rep.primary = self.bindir, self  # binaries already reachable by the server's user
-        return rep.start(timeout)
+        return rep
 
-    def _base_backup(self, who: dict, timeout: float) -> None:
-        assert self.primary is not None
+    def base_backup(self, timeout: float = 300.0, include_wal: bool = True) -> None:
+        """`pg_basebackup -R` of the primary into this standby's data dir. `include_wal=False` leaves
+        the WAL out, so the standby must stream it from the primary before it is consistent (and
+        refuses connections until then, like a standby catching up after a long outage)."""
+        assert self.primary is not None, "not a replica"
+        self.root.mkdir(parents=True, exist_ok=True)
+        who = self._as_user()
         self.data.mkdir(mode=0o700, exist_ok=True)
         r = subprocess.run([str(self.bindir / "pg_basebackup"), "-D", str(self.data), "-h", "127.0.0.1",
-                            "-p", str(self.primary.port), "-U", "postgres", "-R", "-X", "stream",
-                            "--checkpoint=fast", "--no-sync"], capture_output=True, text=True, timeout=timeout, **who)
+                            "-p", str(self.primary.port), "-U", "postgres", "-R", "-X",
+                            "stream" if include_wal else "none", "--checkpoint=fast", "--no-sync"],
+                           capture_output=True, text=True, timeout=timeout, **who)
         if r.returncode != 0:
             raise PostgresUnavailable(f"pg_basebackup from port {self.primary.port} failed: {r.stderr.strip()[-800:]}")
 

@@ -17,7 +17,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -96,16 +96,49 @@ def mask_dsn(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
 
 
-def connect(dsn: str, *, statement_timeout_ms: int = 30000, connect_timeout: int = 5):
-    """One autocommit connection with timeouts and keepalives; raises StoreUnavailable."""
+# What a server that is up but not serving yet answers (SQLSTATE 57P03 cannot_connect_now): a
+# primary starting or in crash recovery, a standby before it is consistent. Worth waiting for;
+# "connection refused" or bad credentials are not.
+_STARTING = ("the database system is starting up", "not yet accepting connections", "in recovery mode")
+
+
+def server_starting(e: BaseException) -> bool:
+    """The error says the server is starting up or in recovery (retrying will likely succeed)."""
+    return any(s in str(e) for s in _STARTING)
+
+
+def connect(dsn: str, *, statement_timeout_ms: int = 30000, connect_timeout: int = 5, wait_s: float = 0.0,
+            on_wait: Callable[[str], None] | None = None):
+    """One autocommit connection with timeouts and keepalives; raises StoreUnavailable.
+
+    `wait_s` > 0 retries, for at most that long, a server that answers it is starting up or in
+    recovery (`on_wait` hears why each time), so a service started beside its database does not
+    fail on the database's start-up race."""
     import psycopg
 
-    try:
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout, keepalives=1,
-                               keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-                               options=f"-c statement_timeout={int(statement_timeout_ms)}")
-    except psycopg.OperationalError as e:
-        raise StoreUnavailable(f"cannot connect to PostgreSQL at {mask_dsn(dsn)}: {_first_line(e)}") from None
+    t0 = time.monotonic()
+    while True:
+        try:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout, keepalives=1,
+                                   keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+                                   options=f"-c statement_timeout={int(statement_timeout_ms)}")
+        except psycopg.OperationalError as e:
+            waited = time.monotonic() - t0
+            if server_starting(e) and waited < wait_s:
+                if on_wait is not None:
+                    on_wait(f"waiting for PostgreSQL at {mask_dsn(dsn)}: {_first_line(e)} "
+                            f"({waited:.0f} s of {wait_s:.0f} s)")
+                time.sleep(min(0.5, max(wait_s - waited, 0.01)))
+                continue
+            still = f" (still starting up or in recovery after {waited:.0f} s)" if server_starting(e) and wait_s else ""
+            raise StoreUnavailable(f"cannot connect to PostgreSQL at {mask_dsn(dsn)}: {_first_line(e)}{still}") from None
+
+
+def wait_for_server(dsn: str, wait_s: float, on_wait: Callable[[str], None] | None = None) -> None:
+    """Return once the server at `dsn` accepts a connection and a query, waiting up to `wait_s` for
+    one that is starting up or in recovery; raises StoreUnavailable otherwise (for service start-up)."""
+    with connect(dsn, wait_s=wait_s, on_wait=on_wait) as db:
+        db.execute("SELECT 1")
 
 
 def _first_line(e: BaseException) -> str:
@@ -118,16 +151,21 @@ class PgDocumentStore:
     backend = "postgres"
 
     def __init__(self, dsn: str, statement_timeout_ms: int = 30000, read_dsn: str | None = None,
-                 read_only: bool = False):
+                 read_only: bool = False, connect_wait_s: float = 0.0):
         self.dsn = dsn
         self.statement_timeout_ms = statement_timeout_ms
+        # the first connection waits out a server still starting; reconnects only briefly (a
+        # request must fail fast with 503 while the database is down)
+        self.connect_wait_s = connect_wait_s
         self._lock = threading.RLock()  # one connection; psycopg serialises, the lock keeps transactions whole
         self._db = None
         # Retrieval reads (candidate lists, chunk fetches) go to `reader`: a read replica when
         # `read_dsn` is given, else this store. A replica is read-only, so it creates no schema.
-        self.reader: PgDocumentStore = (PgDocumentStore(read_dsn, statement_timeout_ms, read_only=True)
+        self.reader: PgDocumentStore = (PgDocumentStore(read_dsn, statement_timeout_ms, read_only=True,
+                                                        connect_wait_s=connect_wait_s)
                                         if read_dsn and read_dsn != dsn else self)
         if not read_only:
+            self._db = connect(dsn, statement_timeout_ms=statement_timeout_ms, wait_s=connect_wait_s)
             with self.conn() as db:
                 db.execute("CREATE EXTENSION IF NOT EXISTS vector")
                 db.execute(SCHEMA)
@@ -143,7 +181,8 @@ class PgDocumentStore:
 
         with self._lock:
             if self._db is None or self._db.closed:
-                self._db = connect(self.dsn, statement_timeout_ms=self.statement_timeout_ms)
+                self._db = connect(self.dsn, statement_timeout_ms=self.statement_timeout_ms,
+                                   wait_s=min(self.connect_wait_s, 5.0))
             try:
                 yield self._db
             except psycopg.OperationalError as e:

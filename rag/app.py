@@ -20,7 +20,8 @@ def open_store(cfg: RagConfig) -> DocumentStore:
         from indexing.pg_store import PgDocumentStore
 
         return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms,  # type: ignore[return-value]
-                               read_dsn=cfg.storage.resolved_read_dsn())
+                               read_dsn=cfg.storage.resolved_read_dsn(),
+                               connect_wait_s=cfg.storage.connect_wait_s)
     return DocumentStore(store_path(cfg))
 
 

@@ -21,6 +21,9 @@ class StorageConfig(BaseModel):
         "postgres: optional read replica (hot standby) for retrieval reads; writes and index syncs stay on dsn. "
         "null reads $read_dsn_env; neither set: everything on dsn"))
     read_dsn_env: str = Field("RAG_PG_READ_DSN", description="environment variable holding read_dsn when it is null")
+    connect_wait_s: float = Field(60.0, ge=0, description=(
+        "postgres: how long opening the store (and `rag serve` start-up, shown by /ready) waits for a server "
+        "that answers it is starting up or in recovery; refused connections and bad credentials fail at once"))
 
     def resolved_dsn(self) -> str:
         dsn = self.dsn or os.environ.get(self.dsn_env, "")

@@ -19,6 +19,16 @@ from .jobs import JobRunner
 from .state import Admission, Progress, ServerState
 
 
+def _wait_for_database(cfg: RagConfig, progress: Progress) -> None:
+    """A database (or read replica) still starting up or in recovery is waited for, up to
+    `storage.connect_wait_s`, with `/ready` saying so, instead of failing the start-up."""
+    from indexing.pg_store import mask_dsn, wait_for_server
+
+    for dsn in filter(None, [cfg.storage.resolved_dsn(), cfg.storage.resolved_read_dsn()]):
+        progress.start(f"connecting to PostgreSQL at {mask_dsn(dsn)}")
+        wait_for_server(dsn, cfg.storage.connect_wait_s, on_wait=progress.start)
+
+
 def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True,
                console_progress: bool = False) -> FastAPI:
     """`pipeline` may be given (tests, embedding); otherwise it is built at startup.
@@ -34,6 +44,8 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True,
             if state.pipeline is None:
                 from ..pipeline import Pipeline
 
+                if cfg.storage.backend == "postgres":
+                    _wait_for_database(cfg, state.progress)
                 state.pipeline = Pipeline(cfg)
             pipe = state.pipeline
             for c in pipe.store.collections() or [cfg.retrieval.default_collection]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.readiness import wait_http
 
 DOCS = {
     "geo/zarnovia.md": "---\ntitle: Zarnovia\ndate: 2021-05-04\n---\n# Zarnovia\n\n"
@@ -69,7 +70,6 @@ def _free_port() -> int:
 def serve_in_thread(app, wait_ready: bool = True, log_level: str = "warning"):
     """Run `app` under uvicorn on a free loopback port in a daemon thread; returns (base, server,
     thread). Waits for `/ready` to answer 200, or (wait_ready=False) for any answer on `/health`."""
-    import httpx
     import uvicorn
 
     port = _free_port()
@@ -77,15 +77,9 @@ def serve_in_thread(app, wait_ready: bool = True, log_level: str = "warning"):
     th = threading.Thread(target=srv.run, daemon=True)
     th.start()
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + ("/ready" if wait_ready else "/health"), timeout=2).status_code == 200 \
-                    or not wait_ready:
-                return base, srv, th
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail("server did not become ready")
+    wait_http(base + ("/ready" if wait_ready else "/health"), "the server did not become ready", timeout=120,
+              alive=lambda: None if th.is_alive() else "the uvicorn thread ended", any_status=not wait_ready)
+    return base, srv, th
 
 
 @pytest.fixture(scope="session")

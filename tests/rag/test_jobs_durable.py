@@ -21,6 +21,7 @@ import httpx
 from rag.server.job_store import Job, SqliteJobStore
 from rag.server.jobs import JobRunner
 from tests.rag.conftest import _free_port
+from tests.readiness import process_alive, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,25 +75,19 @@ def _serve(storage: Path, port: int, log: Path) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=REPO, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
-def _wait_ready(base: str, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "server exited"
-        try:
-            if httpx.get(base + "/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError("server did not become ready")
+def _wait_ready(base: str, proc: subprocess.Popen, timeout: float = 240, log: Path | None = None) -> None:
+    wait_http(base + "/ready", "rag serve did not become ready", timeout, alive=process_alive(proc), log=log)
 
 
 def test_sigkill_with_queued_uploads_loses_nothing(tmp_path):
+    """Catches queued or running jobs lost when the server dies mid-queue: their ids 404 after the
+    restart, they are never resumed, or their uploads stay orphaned. The kill must land while jobs
+    are unfinished, or the test checks nothing (it would pass if all 12 had finished first)."""
     storage, log, port = tmp_path / "rag", tmp_path / "server.log", _free_port()
     base = f"http://127.0.0.1:{port}"
     proc = _serve(storage, port, log)
     try:
-        _wait_ready(base, proc)
+        _wait_ready(base, proc, log=log)
         ids: list[str] = []
 
         def send(i: int) -> None:
@@ -113,13 +108,14 @@ def test_sigkill_with_queued_uploads_loses_nothing(tmp_path):
         db.close()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        assert unfinished >= 1, "every job had finished before the kill: nothing was tested"
     finally:
         if proc.poll() is None:
             proc.kill()
 
     proc = _serve(storage, port, log)
     try:
-        _wait_ready(base, proc)
+        _wait_ready(base, proc, log=log)
         recovered = httpx.get(base + "/ready").json()["jobs_recovered"]
         print(f"unfinished at SIGKILL: {unfinished}; after restart: {recovered}")
         assert recovered["resumed"] == unfinished and recovered["failed"] == 0  # every one picked up

@@ -8,13 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from indexing.pg_local import free_port
+from tests.readiness import process_alive, wait_http
 
 
 @pytest.mark.slow
@@ -40,16 +40,8 @@ def test_two_replicas_share_the_database(pg_dsn, corpus_dir, tmp_path):
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 600
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
-            try:
-                if httpx.get(base + "/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.time() < deadline, "replicas did not become ready"
-            time.sleep(1)
+        wait_http(base + "/ready", "rag serve --replicas 2 did not become ready", timeout=600,
+                  alive=process_alive(proc), log=tmp_path / "serve.log")
         workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
         assert len(workers) == 2
         with PgDocumentStore(pg_dsn) as store:  # written behind the replicas' backs

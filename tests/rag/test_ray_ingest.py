@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from indexing.pg_local import free_port
+from tests.readiness import process_alive, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +38,13 @@ def ray_cluster(tmp_path_factory):
                                  "--object-store-memory=200000000"], stdout=fh, stderr=subprocess.STDOUT, env=env)
     address = f"127.0.0.1:{port}"
     try:
-        for _ in range(240):
-            if proc.poll() is not None:
-                pytest.skip(f"ray start exited with {proc.returncode}: {log.read_text()[-600:]}")
-            try:
-                ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
-                break
-            except Exception:  # noqa: BLE001 - GCS not up yet
-                time.sleep(0.5)
-        else:
-            pytest.skip(f"ray did not come up: {log.read_text()[-600:]}")
+        def connect() -> bool:
+            ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
+            return True
+
+        # ray is installed (`make install`), so a cluster that does not come up is a failure
+        wait_for(connect, "the local Ray cluster did not accept the driver", timeout=180,
+                 alive=process_alive(proc), log=log, interval=0.5)
         yield address
     finally:
         if ray.is_initialized():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 from fastapi.testclient import TestClient
 
@@ -13,6 +12,7 @@ from rag.config import load_config
 from rag.pipeline import Pipeline
 from rag.server.app import create_app
 from rag.server.state import Progress
+from tests.readiness import wait_for
 
 
 def test_progress_reason_format():
@@ -55,10 +55,7 @@ def test_ready_reports_rebuild_progress(tmp_path):
             err = client.post("/v1/search", json={"query": "gliders"}).json()["error"]
             assert re.search(r"rebuilding collection docs: \d+%", err["message"]) and err["type"] == "unavailable"
             release.set()
-            for _ in range(100):
-                if client.get("/ready").json()["error"]:
-                    break
-                time.sleep(0.05)
+            wait_for(lambda: client.get("/ready").json()["error"], "the failed rebuild reached /ready", timeout=30)
             assert "stop here" in client.get("/ready").json()["reason"]
     finally:
         release.set()

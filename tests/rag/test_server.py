@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from rag.server.state import Admission
+from tests.readiness import wait_for
 
 
 def sse_events(text: str) -> list[tuple[str, dict]]:
@@ -117,12 +118,11 @@ def test_document_lifecycle(server, tmp_path):
 
 
 def _wait_job(base: str, job_id: str) -> dict:
-    for _ in range(600):
+    def finished() -> dict | None:
         job = httpx.get(f"{base}/v1/jobs/{job_id}").json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError("job did not finish")
+        return job if job["status"] in ("done", "failed") else None
+
+    return wait_for(finished, f"job {job_id} did not finish", timeout=120)
 
 
 def test_openai_client_chat_and_completions(server):

@@ -9,10 +9,11 @@ import base64
 import shutil
 import socket
 import subprocess
-import time
 
 import httpx
 import pytest
+
+from tests.readiness import process_alive, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -32,12 +33,8 @@ def browser(tmp_path):
     proc = subprocess.Popen([DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wd = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                if httpx.get(wd + "/status", timeout=1).json()["value"]["ready"]:
-                    break
-            except (httpx.HTTPError, KeyError, ValueError):
-                time.sleep(0.1)
+        wait_for(lambda: httpx.get(wd + "/status", timeout=2).json()["value"]["ready"],
+                 "chromedriver did not become ready", timeout=60, alive=process_alive(proc))
         args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
@@ -65,9 +62,8 @@ def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_
     q = _find(browser, "#q")
     httpx.post(f"{browser}/element/{q}/value", json={"text": "What is the capital city of Zarnovia?"})
     httpx.post(f"{browser}/element/{_find(browser, '#send')}/click", json={})
-    deadline = time.time() + 180
-    while time.time() < deadline and not _js(browser, "return document.querySelector('.meta')?.textContent"):
-        time.sleep(0.3)
+    wait_for(lambda: _js(browser, "return document.querySelector('.meta')?.textContent"), "the page answered",
+             timeout=180, interval=0.3)
     answer = _js(browser, "return document.querySelector('.a').textContent")
     assert "Velmora" in answer
     sources = _js(browser, "return [...document.querySelectorAll('.sources li')].map(li => li.textContent)")
@@ -88,23 +84,22 @@ def test_chat_page_sends_api_key_and_collection(server, browser, monkeypatch):
     base, _ = server
     monkeypatch.setenv("RAG_API_KEYS", "page-key")
     httpx.post(browser + "/url", json={"url": base + "/"}, timeout=30)
-    deadline = time.time() + 30
-    while time.time() < deadline and not _js(browser, "return document.querySelectorAll('#collection option').length > 1"):
-        time.sleep(0.2)
+    wait_for(lambda: _js(browser, "return document.querySelectorAll('#collection option').length > 1"),
+             "the page listed the collections", timeout=30, interval=0.2)
     options = _js(browser, "return [...document.querySelectorAll('#collection option')].map(o => o.value)")
     assert "default" in options
     _js(browser, "document.querySelector('#collection').value = 'default'")
 
+    # answers that have ended: an error, or a filled-in footer (the same count before and after, so
+    # the wait ends when this answer ends; counting empty footers before made it wait 180 s)
+    ended = ("return document.querySelectorAll('.error').length + "
+             "[...document.querySelectorAll('.meta')].filter(m => m.textContent).length")
+
     def ask(question: str) -> str:
-        n = _js(browser, "return document.querySelectorAll('.meta, .error').length")
+        n = _js(browser, ended)
         httpx.post(f"{browser}/element/{_find(browser, '#q')}/value", json={"text": question})
         httpx.post(f"{browser}/element/{_find(browser, '#send')}/click", json={})
-        end = time.time() + 180
-        while time.time() < end:
-            if _js(browser, "return document.querySelectorAll('.error').length + "
-                            "[...document.querySelectorAll('.meta')].filter(m => m.textContent).length") > n:
-                break
-            time.sleep(0.3)
+        wait_for(lambda: _js(browser, ended) > n, f"the page answered {question!r}", timeout=180, interval=0.3)
         return _js(browser, "const a = document.querySelectorAll('.a'); return a[a.length - 1].textContent")
 
     text = ask("What is the capital city of Quintara?")
