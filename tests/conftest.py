@@ -15,6 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _reap_services():
+    """Services signalled to stop by `tests.readiness.stop_later` are waited for here, at the end."""
+    from tests.readiness import reap_all
+
+    yield
+    reap_all()
+
+
 @pytest.fixture(scope="session")
 def shared_datasets() -> Path:
     if not SHARED_DATASETS.is_dir():

@@ -68,3 +68,27 @@ def wait_http(url: str, what: str, timeout: float, alive: Callable[[], str | Non
 def process_alive(proc) -> Callable[[], str | None]:
     """An `alive` check for a subprocess.Popen."""
     return lambda: None if proc.poll() is None else f"exited with {proc.returncode}"
+
+
+_REAP: list = []
+
+
+def stop_later(proc, sig: int, grace: float = 60.0) -> None:
+    """Signal `proc` now and reap it when the session ends (`reap_all`, run by tests/conftest.py).
+    For services whose graceful stop takes tens of seconds of waiting (Ray's `--block` head): the
+    next tests run meanwhile instead of idling. Still stopped by its own PID, never by name."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    _REAP.append((proc, grace))
+
+
+def reap_all() -> None:
+    import subprocess
+
+    while _REAP:
+        proc, grace = _REAP.pop()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

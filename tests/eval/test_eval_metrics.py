@@ -2,6 +2,7 @@
 
 import math
 import random
+import sys
 
 import pytest
 
@@ -86,12 +87,19 @@ def _random_run_and_qrels(seed: int):
     return run, qrels
 
 
-# ranx compiles its numba kernels on first use (~1 CPU-minute on a fresh venv, then cached in
-# the venv: ~10 s), hence `slow`.
-@pytest.mark.slow
+def _ranx():
+    """ranx with numba's JIT off: the same reference code run as plain Python. Compiling its
+    kernels took ~1 CPU-minute on every fresh venv (52 s of a CI run) for 40 queries that plain
+    Python scores in ~2 s. Nothing else in the suite uses numba."""
+    numba = pytest.importorskip("numba", reason="ranx (the reference implementation) needs numba")
+    if "ranx" not in sys.modules:
+        numba.config.DISABLE_JIT = True  # read when ranx's functions are decorated, at import
+    return pytest.importorskip("ranx", reason="ranx is the reference implementation")
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_agrees_with_ranx_to_4_decimals(seed):
-    ranx = pytest.importorskip("ranx", reason="ranx is the reference implementation")
+    ranx = _ranx()
     run, qrels = _random_run_and_qrels(seed)
     ks = (1, 3, 5, 10, 20)
     ours, _ = evaluate_run(run, qrels, ks=ks, names=("ndcg", "recall", "mrr", "map", "hit", "precision"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from indexing.pg_local import free_port
-from tests.readiness import process_alive, wait_for
+from tests.readiness import process_alive, stop_later, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +54,9 @@ def ray_cluster(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        # `ray start --block` stops the processes it started; that takes ~30 s of waiting, reaped at
+        # the session's end while other tests run
+        stop_later(proc, signal.SIGTERM)
 
 
 def test_ray_ingest_matches_single_process(ray_cluster, pg_dsn, corpus_dir, tmp_path):
