@@ -22,6 +22,7 @@ from eval.answers import (
     Mode,
     RefusalConfig,
     citation_scores,
+    contains_answer,
     exact_match,
     is_refusal,
     strip_citation_markers,
@@ -112,7 +113,11 @@ def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig |
     pred = "" if refused else strip_citation_markers(out.text)
     gold = [] if item.is_impossible else item.answers
     s = {"em": exact_match(pred, gold, mode), "f1": token_f1(pred, gold, mode), "refused": float(refused)}
-    if not item.is_impossible:
+    if item.is_impossible:
+        # the worst answer a RAG system can give: an invented fact shown with a citation
+        s["cited_invention"] = float(not refused and bool(out.citations))
+    else:
+        s["answer_contained"] = float(contains_answer(pred, item.answers))  # long answers: F1 is diluted
         cs = citation_scores(out.citations, item.answers, [item.gold_doc_id] if item.gold_doc_id else [])
         if cs is not None:
             s.update(cs)
@@ -138,7 +143,9 @@ def evaluate_qa(
     """Answer every question and score it (after one untimed warm-up answer when `warmup`).
 
     Metrics: `em`/`f1` over all questions (SQuAD v2 style), `has_ans_em`/`has_ans_f1` over the
-    answerable ones, `refusal_acc` / `false_refusal`, `citation_precision`/`citation_recall` over
+    answerable ones, `refusal_acc` / `false_refusal`, `cited_invention_rate` (unanswerable questions
+    answered with a citation), `answer_recall` (answerable answers that contain a gold answer: the
+    long-mode measure, where F1 is diluted by the other words), `citation_precision`/`citation_recall` over
     answerable answers that cite something (`cited_rate` says how many did), and token counts,
     compression ratio and prefix-cache hit rate when the answer function reports them.
     `concurrency` > 1 answers that many questions at once (the engine batches them continuously;
@@ -215,7 +222,10 @@ def _qa_metrics(items: Sequence[QAItem], pq: Mapping[str, Mapping[str, float]], 
         m["has_ans_em"] = _mean([s["em"] for s in ans])
         m["has_ans_f1"] = _mean([s["f1"] for s in ans])
         m["refusal_acc"] = _mean([s["refused"] for s in imp])
+        m["cited_invention_rate"] = _mean([s.get("cited_invention", 0.0) for s in imp])
     m["false_refusal"] = _mean([s["refused"] for s in ans])
+    if ans:
+        m["answer_recall"] = _mean([s.get("answer_contained", 0.0) for s in ans])
     cited = [s for s in ans if "citation_precision" in s]
     if cited:
         m["citation_precision"] = _mean([s["citation_precision"] for s in cited])

@@ -149,3 +149,29 @@ def test_prompt_language_and_parsing():
     assert parse_generation("问题：中國的首都是哪裡？\n答案：北京") == ("中國的首都是哪裡？", "北京")
     assert parse_generation("Question: Who?\nAnswer: \"Bob\"") == ("Who?", "Bob")
     assert parse_generation("Question: Who?") is None
+
+
+def test_cited_inventions_and_answer_recall():
+    """Catches: an unanswerable question answered with a citation not counted as a cited invention
+    (or a refusal, or an uncited guess, counted as one), and long answers that contain the gold
+    answer scored only by their diluted F1 (answer_recall)."""
+    imp = [QAItem(id=f"u{i}", question="?", answers=[], is_impossible=True) for i in range(4)]
+    ans = [QAItem(id="a1", question="?", answers=["Velmora"]), QAItem(id="a2", question="?", answers=["42 minutes"])]
+    outs = {
+        "u0": QAOutput("The ferry leaves at noon [1].", [Cited("d1", "a harbour")]),  # cited invention
+        "u1": QAOutput("The ferry leaves at noon."),  # an invention, but not a cited one
+        "u2": QAOutput("I don't know.", [Cited("d1", "a harbour")], refused=True),  # refusal with a source
+        "u3": QAOutput("I don't know."),
+        "a1": QAOutput("The capital of Zarnovia is Velmora, a harbour town of 80,000 people [1]."),
+        "a2": QAOutput("It flies for about an hour."),
+    }
+    pq = {it.id: score_item(it, outs[it.id], "auto", None) for it in imp + ans}
+    assert [pq[f"u{i}"]["cited_invention"] for i in range(4)] == [1.0, 0.0, 0.0, 0.0]
+    assert pq["a1"]["answer_contained"] == 1.0 and pq["a2"]["answer_contained"] == 0.0
+    assert pq["a1"]["f1"] < 0.3  # what answer_recall is for: F1 says this right long answer is poor
+    by_q = {it.question + it.id: outs[it.id] for it in imp + ans}
+    res = evaluate_qa([QAItem(id=it.id, question=it.question + it.id, answers=it.answers,
+                              is_impossible=it.is_impossible) for it in imp + ans],
+                      lambda q: by_q[q], progress=False, warmup=False)
+    assert res.metrics["cited_invention_rate"] == 0.25 and res.metrics["answer_recall"] == 0.5
+    assert res.metrics["refusal_acc"] == 0.5
