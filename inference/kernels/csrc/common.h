@@ -1,0 +1,185 @@
+// Shared definitions for the ragk quantized-matmul kernels: GGML type ids, the 8-bit activation
+// blocks every integer path consumes, fp16/bf16 conversion and the per-ISA kernel table.
+// Weight block layouts follow the GGUF spec (see formats.py for the byte maps).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ragk {
+
+// GGML type ids (gguf.GGMLQuantizationType).
+enum QType : int {
+  T_F32 = 0,
+  T_F16 = 1,
+  T_Q4_0 = 2,
+  T_Q4_1 = 3,
+  T_Q5_0 = 6,
+  T_Q5_1 = 7,
+  T_Q8_0 = 8,
+  T_Q4_K = 12,
+  T_Q5_K = 13,
+  T_Q6_K = 14,
+  T_BF16 = 30,
+  T_COUNT = 31,
+};
+
+// Activations quantised once per call, for the 32-element weight formats: one scale, the integer
+// sum (Q4_0/Q5_0 offsets and Q4_1/Q5_1 minimums need sum(q)), 32 int8 values.
+struct XBlock32 {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(XBlock32) == 40, "XBlock32 layout");
+
+// Activations for the 256-element K formats: one scale, 256 int8 and the sum of every 16 (the
+// K formats' minimums and Q6_K's -32 offset are applied through these sums).
+struct XBlock256 {
+  float d;
+  int16_t bsums[16];
+  int8_t qs[256];
+};
+static_assert(sizeof(XBlock256) == 292, "XBlock256 layout");
+
+// Weight block sizes in bytes / elements.
+constexpr int QK = 32;
+constexpr int QKK = 256;
+
+inline int block_elems(int t) {
+  switch (t) {
+    case T_F32: case T_F16: case T_BF16: return 1;
+    case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: return QK;
+    case T_Q4_K: case T_Q5_K: case T_Q6_K: return QKK;
+    default: return 0;
+  }
+}
+
+inline int block_bytes(int t) {
+  switch (t) {
+    case T_F32: return 4;
+    case T_F16: case T_BF16: return 2;
+    case T_Q4_0: return 18;
+    case T_Q4_1: return 20;
+    case T_Q5_0: return 22;
+    case T_Q5_1: return 24;
+    case T_Q8_0: return 34;
+    case T_Q4_K: return 144;
+    case T_Q5_K: return 176;
+    case T_Q6_K: return 210;
+    default: return 0;
+  }
+}
+
+// How activations are presented to a format's dot kernel.
+enum XKind { X_FLOAT = 0, X_Q32 = 1, X_Q256 = 2 };
+
+inline XKind x_kind(int t) {
+  int be = block_elems(t);
+  return be == 1 ? X_FLOAT : (be == QK ? X_Q32 : X_Q256);
+}
+
+inline size_t x_row_bytes(int t, int64_t k) {
+  switch (x_kind(t)) {
+    case X_FLOAT: return size_t(k) * sizeof(float);
+    case X_Q32: return size_t(k / QK) * sizeof(XBlock32);
+    default: return size_t(k / QKK) * sizeof(XBlock256);
+  }
+}
+
+// Portable IEEE half -> float (subnormals, inf, nan), used to fill the lookup table.
+inline float half_to_float_bits(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t man = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        man <<= 1;
+        ++e;
+      } while ((man & 0x400u) == 0);
+      man &= 0x3FFu;
+      bits = sign | (uint32_t(127 - 15 - e) << 23) | (man << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+extern float g_half_table[65536];
+
+inline float h2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return g_half_table[h];
+}
+
+inline float bf2f(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Q4_K / Q5_K: unpack the 12 packed bytes into 8 six-bit scales and 8 six-bit minimums.
+inline void unpack_k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+  for (int i = 0; i < 4; ++i) {
+    sc[i] = s[i] & 63;
+    mn[i] = s[i + 4] & 63;
+    sc[i + 4] = uint8_t((s[i + 8] & 0x0F) | ((s[i] >> 6) << 4));
+    mn[i + 4] = uint8_t((s[i + 8] >> 4) | ((s[i + 4] >> 6) << 4));
+  }
+}
+
+// One row dot product: n = elements in the row, w = the row's raw bytes, x = that activation row
+// (float for F32/F16/BF16, XBlock32 / XBlock256 otherwise).
+using DotFn = float (*)(int64_t n, const uint8_t* w, const void* x);
+// Quantise one activation row of k floats into XBlock32 / XBlock256.
+using QuantFn = void (*)(const float* x, void* out, int64_t k);
+
+// mr (2..4) activation rows (row r at x + r * xstride bytes) against one weight row, so the
+// weight block is unpacked once for all of them: out[r * ostride]. Null: the caller loops dot.
+using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xstride, int mr, float* out,
+                        int64_t ostride);
+
+struct IsaTable {
+  const char* name;
+  QuantFn quant32;
+  QuantFn quant256;
+  DotFn dot[T_COUNT];
+  DotMFn dotm[T_COUNT];
+};
+
+// Each path fills the entries it implements; missing ones fall back to scalar.
+void fill_scalar(IsaTable& t);
+#if defined(__x86_64__)
+void fill_avx2(IsaTable& t);
+void fill_avx512(IsaTable& t);
+#endif
+#if defined(__aarch64__)
+void fill_neon(IsaTable& t);
+#endif
+
+// Scalar dequantisation of one row (n elements) into float; exact match of gguf's numpy reference.
+bool dequant_row(int t, const uint8_t* w, float* out, int64_t n);
+
+const IsaTable& active_table();
+const char* active_isa();
+// Returns false when name is not a path this CPU runs. Empty name = best.
+bool select_isa(const char* name);
+// Comma-separated names of the paths this CPU can run, best last.
+const char* supported_isas_csv();
+
+}  // namespace ragk

@@ -1,0 +1,92 @@
+// One kernel table per ISA path, chosen at load from what the CPU reports (or RAG_KERNEL_ISA),
+// switchable at run time so tests can compare every path with the scalar reference.
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace ragk {
+
+float g_half_table[65536];
+
+namespace {
+
+struct Registry {
+  std::vector<IsaTable> tables;  // supported paths, scalar first, best last
+  std::string csv;
+  std::atomic<const IsaTable*> active{nullptr};
+
+  Registry() {
+    for (uint32_t i = 0; i < 65536; ++i) g_half_table[i] = half_to_float_bits(uint16_t(i));
+    IsaTable t{};
+    fill_scalar(t);
+    t.name = "scalar";
+    tables.push_back(t);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      IsaTable a = tables.back();
+      fill_avx2(a);
+      a.name = "avx2";
+      tables.push_back(a);
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+        IsaTable b = tables.back();
+        fill_avx512(b);
+        b.name = "avx512";
+        tables.push_back(b);
+      }
+    }
+#endif
+#if defined(__aarch64__)
+    {
+      IsaTable a = tables.back();
+      fill_neon(a);
+      a.name = "neon";
+      tables.push_back(a);
+    }
+#endif
+    for (size_t i = 0; i < tables.size(); ++i) {
+      if (i) csv += ",";
+      csv += tables[i].name;
+    }
+    const IsaTable* pick = &tables.back();
+    if (const char* env = std::getenv("RAG_KERNEL_ISA")) {
+      for (const auto& tb : tables)
+        if (std::string(env) == tb.name) pick = &tb;
+    }
+    active.store(pick);
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+const IsaTable& active_table() { return *registry().active.load(std::memory_order_acquire); }
+
+const char* active_isa() { return active_table().name; }
+
+bool select_isa(const char* name) {
+  Registry& r = registry();
+  if (name == nullptr || name[0] == '\0') {
+    r.active.store(&r.tables.back());
+    return true;
+  }
+  for (const auto& tb : r.tables) {
+    if (std::string(name) == tb.name) {
+      r.active.store(&tb);
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* supported_isas_csv() { return registry().csv.c_str(); }
+
+}  // namespace ragk

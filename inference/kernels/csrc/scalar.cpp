@@ -1,0 +1,238 @@
+// Portable reference path: every SIMD path is tested against these, and they fill any table entry
+// a SIMD path leaves empty. Integer sums are exact; only the per-block float scaling rounds.
+#include <cmath>
+
+#include "common.h"
+
+namespace ragk {
+namespace {
+
+inline int8_t round_q8(float v) {
+  // Round half to even (the default FP mode), as _mm256_round_ps and vrndnq_f32 do; the clamp
+  // only matters for inf/nan inputs and keeps the int conversion defined.
+  v = std::nearbyint(v);
+  v = std::fmin(std::fmax(v, -127.0f), 127.0f);
+  return int8_t(v);
+}
+
+void quant32(const float* x, void* out, int64_t k) {
+  auto* b = static_cast<XBlock32*>(out);
+  for (int64_t i = 0; i < k / QK; ++i) {
+    const float* p = x + i * QK;
+    float amax = 0.0f;
+    for (int j = 0; j < QK; ++j) amax = std::fmax(amax, std::fabs(p[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < QK; ++j) {
+      b[i].qs[j] = round_q8(p[j] * id);
+      sum += b[i].qs[j];
+    }
+    b[i].d = d;
+    b[i].sum = sum;
+  }
+}
+
+void quant256(const float* x, void* out, int64_t k) {
+  auto* b = static_cast<XBlock256*>(out);
+  for (int64_t i = 0; i < k / QKK; ++i) {
+    const float* p = x + i * QKK;
+    float amax = 0.0f;
+    for (int j = 0; j < QKK; ++j) amax = std::fmax(amax, std::fabs(p[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QKK; ++j) b[i].qs[j] = round_q8(p[j] * id);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += b[i].qs[g * 16 + j];
+      b[i].bsums[g] = int16_t(s);
+    }
+    b[i].d = d;
+  }
+}
+
+float dot_f32(int64_t n, const uint8_t* w, const void* xv) {
+  const float* x = static_cast<const float*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, w + 4 * i, 4);
+    acc += v * x[i];
+  }
+  return acc;
+}
+
+float dot_f16(int64_t n, const uint8_t* w, const void* xv) {
+  const float* x = static_cast<const float*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += h2f(w + 2 * i) * x[i];
+  return acc;
+}
+
+float dot_bf16(int64_t n, const uint8_t* w, const void* xv) {
+  const float* x = static_cast<const float*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n; ++i) acc += bf2f(w + 2 * i) * x[i];
+  return acc;
+}
+
+// Sum of (4-bit weight) * (int8 activation) over one 32-block: low nibbles are elements 0..15,
+// high nibbles 16..31.
+inline int dot_nibbles(const uint8_t* qs, const int8_t* x) {
+  int s = 0;
+  for (int j = 0; j < 16; ++j) s += (qs[j] & 15) * x[j] + (qs[j] >> 4) * x[j + 16];
+  return s;
+}
+
+// Same with the fifth bit of element j in bit j of qh.
+inline int dot_5bit(const uint8_t* qhp, const uint8_t* qs, const int8_t* x) {
+  uint32_t qh;
+  std::memcpy(&qh, qhp, 4);
+  int s = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 15) | int(((qh >> j) & 1u) << 4);
+    const int hi = (qs[j] >> 4) | int(((qh >> (j + 16)) & 1u) << 4);
+    s += lo * x[j] + hi * x[j + 16];
+  }
+  return s;
+}
+
+float dot_q4_0(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const uint8_t* b = w + 18 * i;
+    const int s = dot_nibbles(b + 2, x[i].qs) - 8 * x[i].sum;
+    acc += h2f(b) * x[i].d * float(s);
+  }
+  return acc;
+}
+
+float dot_q4_1(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const uint8_t* b = w + 20 * i;
+    const int s = dot_nibbles(b + 4, x[i].qs);
+    acc += h2f(b) * x[i].d * float(s) + h2f(b + 2) * (x[i].d * float(x[i].sum));
+  }
+  return acc;
+}
+
+float dot_q5_0(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const uint8_t* b = w + 22 * i;
+    const int s = dot_5bit(b + 2, b + 6, x[i].qs) - 16 * x[i].sum;
+    acc += h2f(b) * x[i].d * float(s);
+  }
+  return acc;
+}
+
+float dot_q5_1(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const uint8_t* b = w + 24 * i;
+    const int s = dot_5bit(b + 4, b + 8, x[i].qs);
+    acc += h2f(b) * x[i].d * float(s) + h2f(b + 2) * (x[i].d * float(x[i].sum));
+  }
+  return acc;
+}
+
+float dot_q8_0(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const uint8_t* b = w + 34 * i;
+    const auto* q = reinterpret_cast<const int8_t*>(b + 2);
+    int s = 0;
+    for (int j = 0; j < QK; ++j) s += q[j] * x[i].qs[j];
+    acc += h2f(b) * x[i].d * float(s);
+  }
+  return acc;
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32; qs byte l of pair j holds sub-block 2j (low) and 2j+1 (high).
+template <bool FIVE>
+float dot_qk45(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock256*>(xv);
+  constexpr int BB = FIVE ? 176 : 144;
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + BB * i;
+    uint8_t sc[8], mn[8];
+    unpack_k_scales(b + 4, sc, mn);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (FIVE ? 48 : 16);
+    const int8_t* xq = x[i].qs;
+    int sumi = 0;
+    for (int j = 0; j < 4; ++j) {
+      int s0 = 0, s1 = 0;
+      for (int l = 0; l < 32; ++l) {
+        int lo = qs[32 * j + l] & 15, hi = qs[32 * j + l] >> 4;
+        if (FIVE) {
+          lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+          hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+        }
+        s0 += lo * xq[64 * j + l];
+        s1 += hi * xq[64 * j + 32 + l];
+      }
+      sumi += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+    }
+    int summ = 0;
+    for (int s = 0; s < 8; ++s) summ += mn[s] * (x[i].bsums[2 * s] + x[i].bsums[2 * s + 1]);
+    acc += x[i].d * (h2f(b) * float(sumi) - h2f(b + 2) * float(summ));
+  }
+  return acc;
+}
+
+float dot_q6_k(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock256*>(xv);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + 210 * i;
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const int8_t* xq = x[i].qs;
+    int gs[16] = {0};
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 4; ++c) {
+        for (int l = 0; l < 32; ++l) {
+          const int lo = c < 2 ? (ql[64 * h + 32 * c + l] & 15) : (ql[64 * h + 32 * (c - 2) + l] >> 4);
+          const int hi = (qh[32 * h + l] >> (2 * c)) & 3;
+          const int e = 128 * h + 32 * c + l;
+          gs[e / 16] += (lo | (hi << 4)) * xq[e];
+        }
+      }
+    }
+    int sumi = 0;
+    for (int g = 0; g < 16; ++g) sumi += sc[g] * (gs[g] - 32 * x[i].bsums[g]);
+    acc += h2f(b + 208) * x[i].d * float(sumi);
+  }
+  return acc;
+}
+
+}  // namespace
+
+void fill_scalar(IsaTable& t) {
+  t.quant32 = quant32;
+  t.quant256 = quant256;
+  for (auto& f : t.dot) f = nullptr;
+  for (auto& f : t.dotm) f = nullptr;
+  t.dot[T_F32] = dot_f32;
+  t.dot[T_F16] = dot_f16;
+  t.dot[T_BF16] = dot_bf16;
+  t.dot[T_Q4_0] = dot_q4_0;
+  t.dot[T_Q4_1] = dot_q4_1;
+  t.dot[T_Q5_0] = dot_q5_0;
+  t.dot[T_Q5_1] = dot_q5_1;
+  t.dot[T_Q8_0] = dot_q8_0;
+  t.dot[T_Q4_K] = dot_qk45<false>;
+  t.dot[T_Q5_K] = dot_qk45<true>;
+  t.dot[T_Q6_K] = dot_q6_k;
+}
+
+}  // namespace ragk

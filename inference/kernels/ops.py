@@ -1,0 +1,162 @@
+"""Python face of the native GGUF kernels (torch custom ops in namespace `ragk`).
+
+The library is loaded lazily on first use; if it has not been built for this source/torch/
+compiler combination it is built once (so a fresh clone and the tests work). Any failure leaves
+`available()` False with `load_error()` saying why, and the engine keeps its float32 path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import torch
+
+from inference.kernels import formats
+from inference.kernels.formats import SUPPORTED_TYPES, block_size, row_bytes
+
+__all__ = [
+    "SUPPORTED_TYPES",
+    "available",
+    "block_size",
+    "dequantize",
+    "dequantize_rows",
+    "isa",
+    "load_error",
+    "quant_matmul",
+    "quant_matmul_rows",
+    "row_bytes",
+    "set_isa",
+    "supported_isas",
+]
+
+ISA_NAMES = ("scalar", "avx2", "avx512", "amx", "neon")
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"tried": False, "error": None, "path": None}
+
+
+def _load() -> bool:
+    if _state["tried"]:
+        return _state["error"] is None
+    with _lock:
+        if _state["tried"]:
+            return _state["error"] is None
+        try:
+            from inference.kernels.build import BuildError, build
+
+            try:
+                path = build()
+                torch.ops.load_library(str(path))
+                _state["path"] = str(path)
+            except BuildError as exc:
+                _state["error"] = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not available", with the reason
+            _state["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        _state["tried"] = True
+        if _state["error"] is None:
+            _check_env_isa()
+        return _state["error"] is None
+
+
+def _check_env_isa() -> None:
+    forced = os.environ.get("RAG_KERNEL_ISA")
+    if forced and forced != torch.ops.ragk.isa():
+        warnings.warn(
+            f"RAG_KERNEL_ISA={forced} is not a path this CPU runs (supported: "
+            f"{torch.ops.ragk.supported_isas()}); using {torch.ops.ragk.isa()}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def available() -> bool:
+    """True when the compiled library is built and loaded."""
+    return _load()
+
+
+def load_error() -> str | None:
+    """Why the library is unavailable (one line), or None when it loaded."""
+    _load()
+    return _state["error"]  # type: ignore[return-value]
+
+
+def library_path() -> str | None:
+    _load()
+    return _state["path"]  # type: ignore[return-value]
+
+
+def _require() -> None:
+    if not _load():
+        raise RuntimeError(f"ragk kernels are not available: {_state['error']}")
+
+
+def isa() -> str:
+    """The active path: scalar | avx2 | avx512 | neon (AMX is not implemented)."""
+    _require()
+    return str(torch.ops.ragk.isa())
+
+
+def supported_isas() -> list[str]:
+    """Paths this CPU can run, scalar first, best last."""
+    _require()
+    return str(torch.ops.ragk.supported_isas()).split(",")
+
+
+def set_isa(name: str | None) -> None:
+    """Force a path (tests compare each with scalar); None selects the best one."""
+    _require()
+    if not torch.ops.ragk.set_isa(name or ""):
+        raise ValueError(f"ISA {name!r} is not supported on this CPU; supported: {supported_isas()}")
+
+
+def _check(w: torch.Tensor, qtype: int, k: int) -> None:
+    if qtype not in SUPPORTED_TYPES:
+        raise ValueError(f"GGML type {qtype} is not supported (supported: {sorted(SUPPORTED_TYPES)})")
+    rb = row_bytes(qtype, k)
+    if w.dim() != 2 or w.shape[1] != rb:
+        raise ValueError(
+            f"weight shape {tuple(w.shape)} does not hold {formats.type_name(qtype)} rows of K={k} "
+            f"(expected [N, {rb}])"
+        )
+
+
+def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
+    """x [..., K] (float32 or bf16) @ dequant(w [N, row_bytes]).T -> float32 [..., N].
+
+    M == 1 is a GEMV; larger M quantises x once and reuses each weight row across all rows of x.
+    """
+    _require()
+    _check(w, qtype, k)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    if x2.dtype != torch.float32:
+        x2 = x2.float()
+    out = torch.ops.ragk.quant_matmul(x2.contiguous(), w, int(qtype), int(k))
+    return out if x.dim() == 2 else out.reshape(*lead, out.shape[-1])
+
+
+def quant_matmul_rows(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int, rows: torch.Tensor) -> torch.Tensor:
+    """Only output features `rows` (int64 [R]) of quant_matmul: float32 [M, R]."""
+    _require()
+    _check(w, qtype, k)
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    if x2.dtype != torch.float32:
+        x2 = x2.float()
+    out = torch.ops.ragk.quant_matmul_rows(x2.contiguous(), w, int(qtype), int(k), rows)
+    return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def dequantize(w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
+    """All rows as float32 [N, K], bit-exact with gguf's numpy dequantize."""
+    _require()
+    _check(w, qtype, k)
+    return torch.ops.ragk.dequantize(w, int(qtype), int(k))
+
+
+def dequantize_rows(w: torch.Tensor, qtype: int, k: int, rows: torch.Tensor) -> torch.Tensor:
+    """Rows `rows` as float32 [R, K]: an embedding lookup that keeps token_embd quantised."""
+    _require()
+    _check(w, qtype, k)
+    return torch.ops.ragk.dequantize_rows(w, int(qtype), int(k), rows)

@@ -1,0 +1,257 @@
+"""Native GGUF kernels (inference.kernels) against gguf's numpy reference, on the real library.
+
+Tolerances: the integer paths quantise activations to 8 bits per block (32 elements for the
+32-element formats, 256 for the K formats), so each is checked twice:
+  * against a float64 reference that quantises x exactly the same way (round half to even of
+    x / (amax / 127)): max |out - ref| / max |ref| < 1e-5 (only float32 accumulation differs);
+  * against plain float64 x @ W.T: ||out - ref|| / ||ref|| < 2e-2 (the 8-bit activation error,
+    ~0.7 % for Gaussian x).
+Every SIMD path is compared with scalar at 1e-5; F32/F16/BF16 weights keep x in float32.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf.quants import dequantize as gg_dequantize
+from gguf.quants import quantize as gg_quantize
+
+from inference.kernels import formats, ops
+
+F = formats
+QUANTISABLE = {F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0}
+FLOATS = {F.F32, F.F16, F.BF16}
+# byte offsets of the fp16 scale fields, overwritten with sane values in random blocks
+SCALE_FIELDS = {
+    F.Q4_0: (0,),
+    F.Q4_1: (0, 2),
+    F.Q5_0: (0,),
+    F.Q5_1: (0, 2),
+    F.Q8_0: (0,),
+    F.Q4_K: (0, 2),
+    F.Q5_K: (0, 2),
+    F.Q6_K: (208,),
+}
+ALL = sorted(F.SUPPORTED_TYPES)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    if not ops.available():
+        err = ops.load_error() or ""
+        if "no C++ compiler" in err:
+            pytest.skip(f"native kernels not built: {err}")
+        pytest.fail(f"native kernels failed to build/load: {err}")
+    yield
+    ops.set_isa(None)
+
+
+def k_values(qtype: int) -> list[int]:
+    bs = F.block_size(qtype)
+    if bs == 1:
+        return [5, 77]
+    return [bs, 3 * bs] if bs == 256 else [bs, 3 * bs, 4 * bs]
+
+
+def make_weights(qtype: int, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """[n, row_bytes] uint8: gguf-quantised Gaussian rows where gguf can quantise the type, plus
+    rows of random bytes (every bit pattern) with finite small fp16 scales."""
+    rng = np.random.default_rng(seed + 1000 * qtype + k)
+    rb = F.row_bytes(qtype, k)
+    if qtype in FLOATS or qtype in QUANTISABLE:
+        data = (rng.standard_normal((n, k)) * rng.uniform(0.02, 0.2, (n, 1))).astype(np.float32)
+        q = gg_quantize(data, gguf.GGMLQuantizationType(qtype))
+        w = np.ascontiguousarray(q).view(np.uint8).reshape(n, rb)
+        if qtype in FLOATS:
+            return w
+        w = w.copy()
+        rand_rows = range(n // 2, n)
+    else:
+        w = np.zeros((n, rb), np.uint8)
+        rand_rows = range(n)
+    bs, bb = F.BLOCKS[qtype]
+    for r in rand_rows:
+        blocks = rng.integers(0, 256, (k // bs, bb), dtype=np.uint8)
+        for off in SCALE_FIELDS[qtype]:
+            scale = rng.uniform(1e-3, 1e-2, k // bs) * rng.choice([-1.0, 1.0], k // bs)
+            blocks[:, off : off + 2] = scale.astype(np.float16).view(np.uint8).reshape(-1, 2)
+        w[r] = blocks.reshape(-1)
+    return w
+
+
+def ref_dequant(w: np.ndarray, qtype: int) -> np.ndarray:
+    return gg_dequantize(w, gguf.GGMLQuantizationType(qtype)).astype(np.float32).reshape(w.shape[0], -1)
+
+
+def quantise_x_like_kernel(x: np.ndarray, qtype: int) -> np.ndarray:
+    """float64 copy of x after the kernels' 8-bit activation quantisation (float32 arithmetic)."""
+    bs = F.block_size(qtype)
+    if bs == 1:
+        return x.astype(np.float64)
+    blk = 32 if bs == 32 else 256
+    m, k = x.shape
+    xb = x.reshape(m, k // blk, blk).astype(np.float32)
+    d = (np.abs(xb).max(-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0).astype(np.float32)
+    q = np.clip(np.rint((xb * inv).astype(np.float32)), -127, 127)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(m, k)
+
+
+def rel_max(a: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def rel_norm(a: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.linalg.norm(a - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def test_formats_match_gguf():
+    """Catches a wrong block geometry (row_bytes would mis-slice every GGUF tensor)."""
+    for t in F.SUPPORTED_TYPES:
+        assert F.BLOCKS[t] == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t)], F.type_name(t)
+        assert ops.block_size(t) == F.BLOCKS[t][0]
+        assert ops.row_bytes(t, 512) == int(torch.ops.ragk.row_bytes(t, 512))
+    assert {F.Q5_0, F.Q4_1, F.Q4_K, F.Q6_K, F.Q8_0} <= ops.SUPPORTED_TYPES
+
+
+@pytest.mark.parametrize("qtype", ALL, ids=F.type_name)
+def test_quant_matmul_all_isas(qtype: int):
+    """Catches wrong unpacking (nibble order, 5th/6th-bit planes, K-scale packing, offsets and
+    minimums) in any path: scalar exactly vs a reference that quantises x the same way, loosely
+    vs unquantised x, and every SIMD path vs scalar, over odd N and M in {1, 3, 17}."""
+    n = 37
+    for k in k_values(qtype):
+        w = make_weights(qtype, n, k)
+        wdq = ref_dequant(w, qtype).astype(np.float64)
+        wt = torch.from_numpy(w)
+        for m in (1, 3, 17):
+            x = np.random.default_rng(m * 7 + k).standard_normal((m, k)).astype(np.float32)
+            exact = quantise_x_like_kernel(x, qtype) @ wdq.T
+            plain = x.astype(np.float64) @ wdq.T
+            ops.set_isa("scalar")
+            base = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+            assert base.shape == (m, n) and base.dtype == np.float32
+            ctx = f"{F.type_name(qtype)} K={k} M={m}"
+            assert rel_max(base, exact) < 1e-5, ctx
+            assert rel_norm(base, plain) < 2e-2, ctx
+            for isa in ops.supported_isas():
+                ops.set_isa(isa)
+                assert ops.isa() == isa
+                out = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+                assert rel_max(out, base) < 1e-5, f"{ctx} isa={isa}"
+    ops.set_isa(None)
+
+
+@pytest.mark.parametrize("qtype", ALL, ids=F.type_name)
+def test_rows_match_full(qtype: int):
+    """Catches quant_matmul_rows reading the wrong row (index vs output column mix-up), in every
+    path: its columns must equal the same columns of quant_matmul bit for bit."""
+    k = k_values(qtype)[-1]
+    w = torch.from_numpy(make_weights(qtype, 29, k, seed=3))
+    x = torch.randn(3, k)
+    rows = torch.tensor([5, 0, 28, 5, 11], dtype=torch.int64)
+    for isa in ops.supported_isas():
+        ops.set_isa(isa)
+        full = ops.quant_matmul(x, w, qtype, k)
+        part = ops.quant_matmul_rows(x, w, qtype, k, rows)
+        assert part.shape == (3, 5)
+        assert torch.equal(part, full[:, rows]), isa
+    ops.set_isa(None)
+
+
+@pytest.mark.parametrize("qtype", ALL, ids=F.type_name)
+def test_dequantize_exact(qtype: int):
+    """Catches any dequantisation that differs from gguf's (element order, fused d*q+m rounding):
+    the embedding lookup of a quantised token_embd must give the same floats the loader used to."""
+    for k in k_values(qtype):
+        w = make_weights(qtype, 21, k, seed=5)
+        ref = ref_dequant(w, qtype)
+        got = ops.dequantize(torch.from_numpy(w), qtype, k).numpy()
+        assert np.array_equal(got, ref), f"{F.type_name(qtype)} K={k}"
+        rows = torch.tensor([20, 3, 3, 0])
+        part = ops.dequantize_rows(torch.from_numpy(w), qtype, k, rows).numpy()
+        assert np.array_equal(part, ref[rows.numpy()])
+
+
+@pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q8_0, F.F16], ids=F.type_name)
+def test_threads_identical(qtype: int):
+    """Catches races or thread-dependent chunking in the parallel-over-rows loop: 1 and 2 threads
+    (a shape large enough to split) must give identical bits."""
+    k = 512
+    w = torch.from_numpy(make_weights(qtype, 1501, k, seed=9))
+    x = torch.randn(5, k)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = [ops.quant_matmul(x[:1], w, qtype, k), ops.quant_matmul(x, w, qtype, k)]
+        torch.set_num_threads(2)
+        two = [ops.quant_matmul(x[:1], w, qtype, k), ops.quant_matmul(x, w, qtype, k)]
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        assert torch.equal(a, b)
+
+
+def test_bf16_and_nd_activations():
+    """Catches the wrapper mishandling bf16 or [..., K] activations (the engine passes both)."""
+    k = 64
+    w = torch.from_numpy(make_weights(F.Q8_0, 9, k))
+    x = torch.randn(2, 3, k).bfloat16()
+    out = ops.quant_matmul(x, w, F.Q8_0, k)
+    assert out.shape == (2, 3, 9) and out.dtype == torch.float32
+    assert torch.equal(out, ops.quant_matmul(x.float().reshape(6, k), w, F.Q8_0, k).reshape(2, 3, 9))
+
+
+def test_bad_calls_raise_clear_errors():
+    """Catches silent garbage from a mis-sliced tensor: wrong row bytes, unsupported type, K off
+    the block grid and out-of-range rows must raise errors that name the problem, from the
+    wrapper and from the raw op alike."""
+    k = 256
+    w = torch.from_numpy(make_weights(F.Q4_K, 4, k))
+    x = torch.randn(1, k)
+    with pytest.raises(ValueError, match="expected \\[N, 144\\]"):
+        ops.quant_matmul(x, w[:, :100], F.Q4_K, k)
+    with pytest.raises(ValueError, match="row_bytes=144"):
+        torch.ops.ragk.quant_matmul(x, w[:, :100].contiguous(), F.Q4_K, k)
+    with pytest.raises(ValueError, match="not supported"):
+        ops.quant_matmul(x, w, 10, k)  # Q2_K
+    with pytest.raises(ValueError, match="unsupported GGML type id 10"):
+        torch.ops.ragk.quant_matmul(x, w, 10, k)
+    with pytest.raises(ValueError, match="block size 256"):
+        ops.quant_matmul(torch.randn(1, 200), w, F.Q4_K, 200)
+    with pytest.raises(ValueError, match="block size 32"):
+        torch.ops.ragk.dequantize(torch.zeros(2, 18, dtype=torch.uint8), F.Q4_0, 40)
+    with pytest.raises(ValueError, match="out of range"):
+        ops.quant_matmul_rows(x, w, F.Q4_K, k, torch.tensor([4]))
+    with pytest.raises(ValueError, match="x must be"):
+        torch.ops.ragk.quant_matmul(torch.randn(1, 128), w, F.Q4_K, k)
+
+
+def test_isa_selection():
+    """Catches a dispatch table that claims a path it cannot run or ignores a forced one: scalar
+    is always there, unknown/unsupported names raise with the supported list, and
+    RAG_KERNEL_ISA=scalar forces the scalar path at load."""
+    sup = ops.supported_isas()
+    assert sup[0] == "scalar" and ops.isa() == sup[-1]
+    assert set(sup) <= set(ops.ISA_NAMES) and "amx" not in sup  # AMX is not implemented
+    with pytest.raises(ValueError, match="supported"):
+        ops.set_isa("amx")
+    with pytest.raises(ValueError, match="scalar"):
+        ops.set_isa("bogus")
+    ops.set_isa(None)
+    assert ops.isa() == sup[-1]
+    code = "from inference.kernels import ops; print(ops.isa())"
+    env = dict(os.environ, RAG_KERNEL_ISA="scalar")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "scalar"
