@@ -133,14 +133,30 @@ inline float bf2f(const uint8_t* p) {
   return f;
 }
 
-// Q4_K / Q5_K: unpack the 12 packed bytes into 8 six-bit scales and 8 six-bit minimums.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ragk kernels assume a little-endian CPU (GGUF blocks are little-endian)"
+#endif
+
+// Q4_K / Q5_K: the 12 packed bytes as four words of 4 six-bit values each:
+// w[0] = scales 0..3, w[1] = scales 4..7, w[2] = mins 0..3, w[3] = mins 4..7. Bytes 0..3 hold
+// the low 6 bits of scales 0..3 (top 2 bits: high bits of scales 4..7), bytes 4..7 the same for
+// the mins, bytes 8..11 the low nibbles of scales 4..7 (low half) and mins 4..7 (high half).
+inline void k_scale_words(const uint8_t* s, uint32_t* w) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  w[0] = a & 0x3F3F3F3Fu;
+  w[1] = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  w[2] = b & 0x3F3F3F3Fu;
+  w[3] = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+}
+
 inline void unpack_k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
-  for (int i = 0; i < 4; ++i) {
-    sc[i] = s[i] & 63;
-    mn[i] = s[i + 4] & 63;
-    sc[i + 4] = uint8_t((s[i + 8] & 0x0F) | ((s[i] >> 6) << 4));
-    mn[i + 4] = uint8_t((s[i + 8] >> 4) | ((s[i + 4] >> 6) << 4));
-  }
+  uint32_t w[4];
+  k_scale_words(s, w);
+  std::memcpy(sc, w, 8);
+  std::memcpy(mn, w + 2, 8);
 }
 
 // One row dot product: n = elements in the row, w = the row's raw bytes, x = that activation row
