@@ -13,7 +13,6 @@ import warnings
 
 import torch
 
-from inference.kernels import formats
 from inference.kernels.formats import SUPPORTED_TYPES, block_size, row_bytes
 
 __all__ = [
@@ -111,15 +110,24 @@ def set_isa(name: str | None) -> None:
         raise ValueError(f"ISA {name!r} is not supported on this CPU; supported: {supported_isas()}")
 
 
-def _check(w: torch.Tensor, qtype: int, k: int) -> None:
-    if qtype not in SUPPORTED_TYPES:
-        raise ValueError(f"GGML type {qtype} is not supported (supported: {sorted(SUPPORTED_TYPES)})")
-    rb = row_bytes(qtype, k)
-    if w.dim() != 2 or w.shape[1] != rb:
-        raise ValueError(
-            f"weight shape {tuple(w.shape)} does not hold {formats.type_name(qtype)} rows of K={k} "
-            f"(expected [N, {rb}])"
-        )
+def _op(name: str):
+    """The op's overload, looked up once (the dispatcher call is most of a small GEMV's cost)."""
+    op = _ops.get(name)
+    if op is None:
+        _require()
+        op = _ops[name] = getattr(torch.ops.ragk, name).default
+    return op
+
+
+_ops: dict[str, object] = {}
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
+# The C++ ops validate type, K, row bytes and rows, raising ValueError naming the problem, and
+# accept bf16 / non-contiguous x; the wrappers only reshape [..., K] activations.
 
 
 def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
@@ -127,36 +135,21 @@ def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.
 
     M == 1 is a GEMV; larger M quantises x once and reuses each weight row across all rows of x.
     """
-    _require()
-    _check(w, qtype, k)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
-    if x2.dtype != torch.float32:
-        x2 = x2.float()
-    out = torch.ops.ragk.quant_matmul(x2.contiguous(), w, int(qtype), int(k))
-    return out if x.dim() == 2 else out.reshape(*lead, out.shape[-1])
+    out = _op("quant_matmul")(_as_2d(x), w, qtype, k)
+    return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def quant_matmul_rows(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int, rows: torch.Tensor) -> torch.Tensor:
     """Only output features `rows` (int64 [R]) of quant_matmul: float32 [M, R]."""
-    _require()
-    _check(w, qtype, k)
-    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
-    if x2.dtype != torch.float32:
-        x2 = x2.float()
-    out = torch.ops.ragk.quant_matmul_rows(x2.contiguous(), w, int(qtype), int(k), rows)
+    out = _op("quant_matmul_rows")(_as_2d(x), w, qtype, k, rows)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def dequantize(w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
     """All rows as float32 [N, K], bit-exact with gguf's numpy dequantize."""
-    _require()
-    _check(w, qtype, k)
-    return torch.ops.ragk.dequantize(w, int(qtype), int(k))
+    return _op("dequantize")(w, qtype, k)
 
 
 def dequantize_rows(w: torch.Tensor, qtype: int, k: int, rows: torch.Tensor) -> torch.Tensor:
     """Rows `rows` as float32 [R, K]: an embedding lookup that keeps token_embd quantised."""
-    _require()
-    _check(w, qtype, k)
-    return torch.ops.ragk.dequantize_rows(w, int(qtype), int(k), rows)
+    return _op("dequantize_rows")(w, qtype, k, rows)
