@@ -1,6 +1,6 @@
 """The generator contract: what the stages around the engine may call on it.
 
-`inference.LLM` (offline, blocking) and `rag.generator.Generator` (the pipeline's async bridge)
+`inference.LLM` (offline, blocking) and `rag.generation.Generator` (the pipeline's async bridge)
 implement the same scoring/generation methods; the engine compressor, the LLM reranker and the
 query planner are typed against these Protocols instead of probing with `hasattr`, so a third
 implementation (a remote server, a test double that runs a real model) only has to match them.
@@ -37,10 +37,32 @@ class ChatScorer(TokenScorer, Protocol):
 
 
 @runtime_checkable
-class StreamingGenerator(ChatScorer, Protocol):
-    """The pipeline's need on top: a context length, async token streams and a sync bridge."""
+class PrefixCache(Protocol):
+    """The server's /v1/cache routes: list, persist, reload and drop cached KV prefixes. Callers
+    check `supports_prefix_cache` first (a remote backend has none and answers 501)."""
+
+    supports_prefix_cache: bool
+
+    def cached_prefixes(self, top: int = 10) -> list: ...
+
+    def save_prefix_cache(self, path: str) -> int: ...
+
+    def load_prefix_cache(self, path: str) -> int: ...
+
+    def clear_prefix_cache(self) -> int: ...
+
+
+@runtime_checkable
+class StreamingGenerator(ChatScorer, PrefixCache, Protocol):
+    """The pipeline's need on top: a context length, async token streams, a sync bridge and the
+    capability flags it reads instead of asking which backend it has."""
 
     max_model_len: int
+    backend: str  # the `generator.backend` that built it, for error messages
+    supports_logits_processors: bool  # grounded spans and forced citation markers need logits
+
+    @property
+    def eos_token_ids(self) -> set[int] | int | None: ...
 
     def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> AsyncIterator: ...
 

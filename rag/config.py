@@ -17,7 +17,7 @@ from rerank.config import CompressorConfig, RerankerConfig
 from retrieval.config import RetrievalConfig
 
 from .config_loader import apply_overrides, deep_merge, read_yaml, validate
-from .generator import GeneratorConfig
+from .generation.config import GeneratorConfig
 from .prompt import PromptConfig
 from .query.config import QueryConfig
 from .server.config import ServerConfig

@@ -71,14 +71,10 @@ class Pipeline:
     # ---- lazily built stages ------------------------------------------------------------
     @property
     def generator(self) -> StreamingGenerator:
-        if self._generator is None and self.cfg.generator.backend == "remote":
-            from .remote_generator import RemoteGenerator
-
-            self._generator = RemoteGenerator(self.cfg.generator)
         if self._generator is None:
-            from .generator import Generator
+            from .generation import build_generator
 
-            self._generator = Generator(self.cfg.generator)
+            self._generator = build_generator(self.cfg.generator)
         return self._generator
 
     @property
@@ -201,12 +197,12 @@ class Pipeline:
         built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode)
         if self.cfg.generator.context_shift:
             params.context_shift_keep = built.system_tokens
-        if mode == "long" and self.cfg.answer.force_markers and self.cfg.generator.backend == "engine":
+        if mode == "long" and self.cfg.answer.force_markers and gen.supports_logits_processors:
             from inference.structured.citation_markers import CitationMarkerProcessor
 
             params.logits_processors = [*params.logits_processors, CitationMarkerProcessor(
                 gen.tokenizer, len(built.passages), self._eos_ids(), self.cfg.prompt.refusal)]
-        if mode == "short" and self.cfg.answer.grounded and self.cfg.generator.backend == "engine":
+        if mode == "short" and self.cfg.answer.grounded and gen.supports_logits_processors:
             # (a remote backend has no logits to mask: its short answers are prompted only)
             params.logits_processors = [*params.logits_processors, self._span_processor(built, params, question)]
             answer.grounded = True
@@ -345,8 +341,7 @@ class Pipeline:
                                      max_tokens=params.max_tokens, refuse_margin=refuse_margin)
 
     def _eos_ids(self) -> set[int] | int | None:
-        engine = getattr(self.generator.engine, "engine", None)
-        return getattr(engine, "eos_token_ids", None) or self.generator.tokenizer.eos_token_id
+        return self.generator.eos_token_ids
 
     def _threshold(self, key: str, question: str = "") -> float | None:
         """`answer.<key>`, else what `rag eval calibrate` stored for this model and the question's

@@ -305,7 +305,7 @@ def run_probe(args: argparse.Namespace) -> int:
     from eval.probe import probe_pairs, train_probe
 
     from ..answerability import AnswerabilityProbe, passage_check
-    from ..generator import Generator
+    from ..generation.engine import EngineGenerator
     from ..prompt import clip_passage
 
     cfg = config_from(args)
@@ -331,9 +331,9 @@ def run_probe(args: argparse.Namespace) -> int:
         print(f"error: the probe needs answerable and unanswerable questions; {args.dataset} has no "
               "is_impossible questions in this sample", file=sys.stderr)
         return 2
-    gen = Generator(cfg.generator)
+    gen = EngineGenerator(cfg.generator)
     try:
-        depth = len(gen.engine.engine.model.layers)
+        depth = gen.num_layers
         layer = args.layer if args.layer is not None else round(0.7 * depth)
         odds, feats = [], []
         for p in tqdm(pairs, disable=args.no_progress, desc="probe", unit="pair"):

@@ -61,8 +61,7 @@ def create_app(cfg: RagConfig, pipeline=None, load_in_background: bool = True,
                 job_store = SqliteJobStore(pipe.store.path)
             state.jobs = JobRunner(pipe, pipe.lock, job_store, cfg.storage_path / "uploads")
             state.progress.finish()
-            eng = pipe.generator.engine
-            state.registry.gauge_source("rag_engine", "engine state", eng.stats)
+            state.registry.gauge_source("rag_engine", "engine state", pipe.generator.stats)
             state.ready = True
         except Exception as e:  # surfaced by /ready; the process stays up for inspection
             state.load_error = f"{type(e).__name__}: {e}"

@@ -79,6 +79,14 @@ class Busy(ApiError):
     type_ = "rate_limit_error"
 
 
+class NotImplementedByBackend(ApiError):
+    """The route needs a capability the configured backend lacks (a remote generator has no
+    prefix cache): no retry will help, so 501, with a message naming the backend."""
+
+    status = 501
+    type_ = "not_implemented"
+
+
 class NotReady(ApiError):
     """Models are loading, the load failed, or the server is shutting down."""
 

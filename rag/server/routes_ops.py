@@ -9,9 +9,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
 from indexing.pg_store import StoreUnavailable
+from inference.protocols import StreamingGenerator
 
 from .deps import get_state, ready_pipeline
-from .errors import NotFound
+from .errors import NotFound, NotImplementedByBackend
 
 router = APIRouter(tags=["operations"])
 WEB = Path(__file__).resolve().parents[1] / "web"
@@ -54,37 +55,47 @@ def _cache_file(request: Request) -> Path:
 
 @router.get("/v1/cache", summary="Prefix cache: blocks, hit rate, top cached prefixes (like llama.cpp /slots)")
 async def cache(request: Request, top: int = Query(10, ge=1, le=100)):
-    pipe = ready_pipeline(request)
-    eng = pipe.generator.engine
-    stats = eng.stats()
+    gen = ready_pipeline(request).generator
+    stats = gen.stats()
     keys = ("kv_blocks_total", "kv_blocks_used", "kv_blocks_cached", "kv_blocks_cached_free", "kv_blocks_free",
             "prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate", "prefix_cache_evictions",
             "running", "waiting", "preemptions")
-    return {**{k: stats.get(k) for k in keys}, "top_prefixes": eng.cached_prefixes(top)}
+    return {**{k: stats.get(k) for k in keys}, "top_prefixes": gen.cached_prefixes(top)}
+
+
+def _prefix_cache(request: Request, action: str) -> StreamingGenerator:
+    """The generator, if its backend keeps a prefix cache to act on; else a 501 naming the backend
+    (it was an AttributeError and a 500 with `generator.backend: remote`)."""
+    gen = ready_pipeline(request).generator
+    if not gen.supports_prefix_cache:
+        raise NotImplementedByBackend(
+            f"cannot {action} the prefix cache: generator.backend {gen.backend} keeps no prefix cache here "
+            "(the remote server manages its own); use generator.backend: engine")
+    return gen
 
 
 @router.post("/v1/cache/save", summary="Persist the prefix cache under the storage directory")
 async def cache_save(request: Request):
-    pipe = ready_pipeline(request)
+    gen = _prefix_cache(request, "save")
     path = _cache_file(request)
-    n = await asyncio.to_thread(pipe.generator.engine.save_prefix_cache, str(path))
+    n = await asyncio.to_thread(gen.save_prefix_cache, str(path))
     return {"saved_blocks": n, "path": str(path)}
 
 
 @router.post("/v1/cache/restore", summary="Reload a saved prefix cache")
 async def cache_restore(request: Request):
-    pipe = ready_pipeline(request)
+    gen = _prefix_cache(request, "restore")
     path = _cache_file(request)
     if not path.exists():
         raise NotFound("no saved prefix cache; POST /v1/cache/save first")
-    n = await asyncio.to_thread(pipe.generator.engine.load_prefix_cache, str(path))
+    n = await asyncio.to_thread(gen.load_prefix_cache, str(path))
     return {"restored_blocks": n, "path": str(path)}
 
 
 @router.post("/v1/cache/clear", summary="Drop every cached block that no request is using")
 async def cache_clear(request: Request):
-    pipe = ready_pipeline(request)
-    return {"cleared_blocks": pipe.generator.engine.clear_prefix_cache()}
+    gen = _prefix_cache(request, "clear")
+    return {"cleared_blocks": gen.clear_prefix_cache()}
 
 
 @router.get("/", include_in_schema=False)

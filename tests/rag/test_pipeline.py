@@ -95,14 +95,76 @@ def test_engine_compression_runs_on_the_pipeline_engine(pipeline):
     assert "55" in answer.text
 
 
-def test_both_generators_satisfy_the_generator_protocols(pipeline):
-    """The compressor, the LLM reranker and the pipeline are typed against these Protocols; a
-    method renamed or dropped on either implementation breaks them here, not at run time."""
-    from inference import LLM
-    from inference.protocols import ChatScorer, StreamingGenerator, TokenScorer
+def _signature_problems(impl: type, proto: type) -> list[str]:
+    """Where `impl` cannot be called the way `proto` declares: a member missing, a positional
+    parameter renamed, moved or dropped, an optional one made required, an extra one required."""
+    import inspect
 
-    assert isinstance(pipeline.generator, StreamingGenerator)
+    problems = []
+    for name in sorted(n for n, v in vars(proto).items() if callable(v) and not n.startswith("_")):
+        if not hasattr(impl, name):
+            problems.append(f"{impl.__name__} lacks {name}")
+            continue
+        want = list(inspect.signature(getattr(proto, name)).parameters.values())[1:]  # past self
+        got = list(inspect.signature(getattr(impl, name)).parameters.values())[1:]
+        named = [p for p in got if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for i, w in enumerate(want):
+            g = named[i] if i < len(named) else None
+            if g is None or g.name != w.name:
+                problems.append(f"{impl.__name__}.{name}: parameter {i + 1} is not {w.name!r}")
+            elif w.default is not w.empty and g.default is g.empty:
+                problems.append(f"{impl.__name__}.{name}: {w.name!r} must be optional")
+        problems += [f"{impl.__name__}.{name}: extra parameter {g.name!r} has no default"
+                     for g in named[len(want):] if g.default is g.empty]
+    return problems
+
+
+def test_both_generators_satisfy_the_generator_protocols(pipeline):
+    """The compressor, the LLM reranker and the pipeline are typed against these Protocols. Catches a
+    method renamed, dropped or given other parameters on any implementation (the runtime `isinstance`
+    check only looks at names: it passed `generate(prompts, params)` against a Protocol whose
+    `sampling_params` is optional), a capability flag missing or not a bool, and a bridge method that
+    exists but fails when called (each is called once on the real engine: `stream` could not start a
+    request on the engine)."""
+    from inference import LLM
+    from inference.protocols import ChatScorer, PrefixCache, StreamingGenerator, TokenScorer
+    from inference.sampling_params import SamplingParams
+    from rag.generation.base import Generator
+    from rag.generation.engine import EngineGenerator
+    from rag.generation.remote import RemoteGenerator
+
+    for proto in (TokenScorer, ChatScorer, PrefixCache, StreamingGenerator):
+        for impl in (Generator, EngineGenerator, RemoteGenerator):
+            assert not _signature_problems(impl, proto), _signature_problems(impl, proto)
+    for proto in (TokenScorer, ChatScorer):
+        assert not _signature_problems(LLM, proto), _signature_problems(LLM, proto)
+    for impl in (EngineGenerator, RemoteGenerator):
+        assert isinstance(impl.backend, str) and isinstance(impl.supports_prefix_cache, bool)
+        assert isinstance(impl.supports_logits_processors, bool)
+    assert EngineGenerator.supports_logits_processors and not RemoteGenerator.supports_logits_processors
     offline = LLM.__new__(LLM)  # structure only: no second model is loaded
     offline.tokenizer = pipeline.generator.tokenizer
     assert isinstance(offline, ChatScorer) and isinstance(offline, TokenScorer)
     assert not isinstance(offline, StreamingGenerator)  # no async stream: the pipeline needs the bridge
+
+    gen = pipeline.generator
+    assert isinstance(gen, StreamingGenerator) and gen.backend == "engine" and gen.max_model_len > 0
+    tok = gen.tokenizer
+    eos = gen.eos_token_ids
+    assert tok.eos_token_id in (eos if isinstance(eos, set) else {eos})
+    ids = gen.encode_chat([{"role": "user", "content": "Name a colour."}])
+    assert ids and all(isinstance(t, int) for t in ids)
+    sp = SamplingParams(max_tokens=2, temperature=0.0)
+    # (token ids are not compared across calls: a prefix-cache hit may flip a near-tie greedily)
+    (out,) = gen.generate([ids], sp)
+    assert out.finished and len(out.outputs[0].token_ids) == 2
+    streamed = [o.outputs[0].token_ids for o in gen.stream(ids, sp)]  # it raised "no running event loop"
+    assert len(streamed[-1]) == 2 and all(streamed[-1][: len(t)] == t for t in streamed)
+    final = gen.run(gen.agenerate(ids, sp))
+    assert final.finished and len(final.outputs[0].token_ids) == 2
+    yes = tok.encode(" yes", add_special_tokens=False)[0]
+    (scores,) = gen.next_token_logprobs([ids], [yes])
+    assert set(scores) == {yes} and scores[yes] <= 0.0
+    (lps,) = gen.prompt_logprobs([ids])
+    assert len(lps) == len(ids) - 1 and all(v <= 0.0 for v in lps)
+    assert "kv_blocks_total" in gen.stats() and isinstance(gen.cached_prefixes(1), list)

@@ -8,7 +8,7 @@ import pytest
 
 from indexing.pg_local import free_port
 from inference.sampling_params import SamplingParams
-from rag.remote_generator import RemoteGenerator, RemoteUnavailable
+from rag.generation.remote import RemoteGenerator, RemoteUnavailable
 
 
 def _remote_cfg(pipeline, base_url: str):
@@ -72,3 +72,35 @@ def test_unreachable_server_is_a_clear_error(pipeline):
             gen.generate(["hello"], SamplingParams(max_tokens=4))
     finally:
         gen.close()
+
+
+def test_cache_routes_answer_501_naming_the_backend_on_a_remote_generator(server, pipeline, tmp_path):
+    """Catches the prefix-cache routes reaching into `generator.engine` of a backend that keeps no
+    prefix cache: with `generator.backend: remote` they were an AttributeError and a 500. Now each
+    answers 501 with a message naming the backend, and reading the cache stays a 200 (no blocks)."""
+    import httpx
+
+    from rag.pipeline import Pipeline
+    from rag.server.app import create_app
+    from tests.rag.conftest import serve_in_thread
+
+    base, _ = server
+    cfg = _remote_cfg(pipeline, base + "/v1")
+    cfg.storage.path = str(tmp_path)  # the remote server's own cache file stays untouched
+    pipe = Pipeline(cfg, store=pipeline.store, retriever=pipeline.retriever)
+    far, srv, th = serve_in_thread(create_app(cfg, pipeline=pipe, load_in_background=False))
+    try:
+        assert not pipe.generator.supports_prefix_cache and pipeline.generator.supports_prefix_cache
+        for action in ("save", "restore", "clear"):
+            r = httpx.post(f"{far}/v1/cache/{action}", timeout=30)
+            assert r.status_code == 501, (action, r.status_code, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "not_implemented"
+            assert f"cannot {action} the prefix cache" in err["message"]
+            assert "generator.backend remote" in err["message"]
+        listed = httpx.get(far + "/v1/cache", timeout=30)
+        assert listed.status_code == 200 and listed.json()["top_prefixes"] == []
+    finally:
+        srv.should_exit = True
+        th.join(timeout=20)
+        pipe.generator.close()

@@ -7,46 +7,37 @@ local tokenizer of the served model's family to count tokens; it is sent as text
 objects the engine streams, so the pipeline's citation filter, refusals and timings work
 unchanged. Stop strings go to the server and are enforced here again (some servers ignore them).
 What needs the engine's internals (next-token logprobs for the LLM reranker, prompt logprobs for
-the engine compressor, grounded span decoding) raises a clear error.
+the engine compressor, grounded span decoding, the prefix cache) raises a clear error; the flags
+on `base.Generator` say so up front.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from inference.outputs import CompletionOutput, RequestMetrics, RequestOutput
 
+from .base import GENERATORS, Generator
+from .config import GeneratorConfig, RemoteConfig
+
 _SOFT_PROCESSORS = {"NoRepeatNGram"}
-
-
-class RemoteConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    base_url: str | None = Field(None, description="OpenAI-compatible API root, e.g. http://127.0.0.1:8001/v1")
-    api_key: str | None = Field(None, description="bearer token; null reads $api_key_env")
-    api_key_env: str = Field("RAG_REMOTE_API_KEY", description="environment variable holding the API key")
-    model: str = Field("", description="model name sent to the server; empty: the first of GET /models")
-    tokenizer: str | None = Field(None, description=(
-        "tokenizer for prompt budgets (HF name or directory); null: the tokenizer of generator.engine.model"))
-    max_model_len: int = Field(4096, ge=64, description="the served model's context length")
-    timeout_s: float = Field(120.0, gt=0, description="connect/read timeout of one request")
 
 
 class RemoteUnavailable(RuntimeError):
     """The generation server cannot be reached or answered with an error."""
 
 
-class RemoteGenerator:
-    """Drop-in for `rag.generator.Generator` backed by HTTP; see the module docstring."""
+@GENERATORS.register("remote")
+class RemoteGenerator(Generator):
+    """A generator backed by HTTP; see the module docstring."""
 
-    def __init__(self, cfg: Any):
+    backend = "remote"
+
+    def __init__(self, cfg: GeneratorConfig):
         from inference.model_loader import load_tokenizer, resolve_model_dir
 
         self.cfg: RemoteConfig = cfg.remote
@@ -61,11 +52,8 @@ class RemoteGenerator:
 
             self.tokenizer = AutoTokenizer.from_pretrained(tok)
         self.max_model_len = self.cfg.max_model_len
-        self.engine = self  # the server reads engine stats from here
         self._model = self.cfg.model
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="rag-remote", daemon=True)
-        self._thread.start()
+        super().__init__("rag-remote")
 
     # ---- HTTP -----------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -88,7 +76,7 @@ class RemoteGenerator:
             body["seed"] = params.seed
         return body
 
-    # ---- engine interface -----------------------------------------------------------------
+    # ---- the backend's stream ------------------------------------------------------------
     async def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None
                       ) -> AsyncIterator[RequestOutput]:
         import httpx
@@ -155,33 +143,6 @@ class RemoteGenerator:
         return RequestOutput(request_id=rid, prompt=None, prompt_token_ids=ids, outputs=[snap], finished=finished,
                              metrics=metrics)
 
-    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> RequestOutput:
-        last = None
-        async for last in self.astream(prompt, params, request_id):  # noqa: B007 - keep the final output
-            pass
-        assert last is not None
-        return last
-
-    def generate(self, prompts: list, params: Any) -> list[RequestOutput]:
-        plist = params if isinstance(params, list) else [params] * len(prompts)
-
-        async def run():
-            return await asyncio.gather(*(self.agenerate(p, sp) for p, sp in zip(prompts, plist, strict=True)))
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
-
-    def stream(self, prompt: str | list[int], params: Any):
-        return self.iterate(self.astream(prompt, params))
-
-    def iterate(self, agen: AsyncIterator):
-        from .generator import Generator
-
-        return Generator.iterate(self, agen)  # type: ignore[arg-type] - only needs self._loop
-
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
     def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
         raise NotImplementedError("the LLM reranker needs next-token logprobs: use the in-process engine "
                                   "(generator.backend: engine)")
@@ -189,13 +150,3 @@ class RemoteGenerator:
     def prompt_logprobs(self, prompts: list) -> list[list[float]]:
         raise NotImplementedError("the engine compressor needs prompt logprobs: use the in-process engine "
                                   "(generator.backend: engine)")
-
-    def stats(self) -> dict:
-        return {}
-
-    def cached_prefixes(self, top: int = 10) -> list:
-        return []
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)

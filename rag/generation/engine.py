@@ -1,0 +1,78 @@
+"""`generator.backend: engine`: one in-process engine for the whole process.
+
+Everything goes through a single `AsyncEngine`, so requests from the planner, the reranker, the
+answer step and concurrent HTTP clients are batched together by its scheduler and share one
+prefix cache. Sync callers reach it through the bridge loop of `base.Generator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .base import GENERATORS, Generator
+from .config import GeneratorConfig
+
+
+@GENERATORS.register("engine")
+class EngineGenerator(Generator):
+    backend = "engine"
+    supports_logits_processors = True
+    supports_prefix_cache = True
+
+    def __init__(self, cfg: GeneratorConfig):
+        from inference.async_engine import AsyncEngine
+
+        args = cfg.engine.model_dump(exclude={"model"})
+        self.engine = AsyncEngine(cfg.engine.model, **args)
+        self.tokenizer = self.engine.tokenizer
+        self.max_model_len: int = self.engine.engine.max_model_len
+        super().__init__("rag-generator")
+
+    def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> AsyncIterator:
+        return self.engine.add_request(prompt, params, request_id=request_id)
+
+    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None):
+        return await self.engine.generate(prompt, params, request_id=request_id)
+
+    @property
+    def eos_token_ids(self) -> set[int] | int | None:
+        # The engine's set (chat models end turns with more than one token), else the tokenizer's.
+        return self.engine.engine.eos_token_ids or self.tokenizer.eos_token_id
+
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of the loaded model (`rag eval probe` picks the layer it reads)."""
+        return len(self.engine.engine.model.layers)
+
+    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+        """log P(candidate | prompt) per prompt, all in one batch (the LLM reranker's P("yes"))."""
+        from inference.sampling_params import SamplingParams
+
+        sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
+        return [o.candidate_logprobs for o in self.generate(prompts, sp)]
+
+    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+        """log P(token | prefix) of every prompt token after the first (the engine compressor's
+        surprisal), all prompts in one batch on the shared engine."""
+        from inference.prompt_logprobs import PROMPT_SCORING, prompt_token_logprobs
+
+        return prompt_token_logprobs(self.generate(prompts, PROMPT_SCORING))
+
+    def stats(self) -> dict:
+        return self.engine.stats()
+
+    def cached_prefixes(self, top: int = 10) -> list:
+        return self.engine.cached_prefixes(top)
+
+    def save_prefix_cache(self, path: str) -> int:
+        return self.engine.save_prefix_cache(path)
+
+    def load_prefix_cache(self, path: str) -> int:
+        return self.engine.load_prefix_cache(path)
+
+    def clear_prefix_cache(self) -> int:
+        return self.engine.clear_prefix_cache()
+
+    def _shutdown(self) -> None:
+        self.engine.shutdown()
