@@ -21,13 +21,14 @@ from .config import IndexingConfig
 from .loaders import LoaderError, iter_documents
 from .report import Failure, IngestReport
 from .store import DocumentStore
+from .store_protocol import DocumentStoreProtocol
 from .types import Chunk, Document
 
 
 class Ingestor:
     """Turns paths into stored chunks according to an IndexingConfig."""
 
-    def __init__(self, store: DocumentStore | None, cfg: IndexingConfig | None = None):
+    def __init__(self, store: DocumentStoreProtocol | None, cfg: IndexingConfig | None = None):
         """`store` may be None for `preview` (nothing is written)."""
         self.store = store
         self.cfg = cfg or IndexingConfig()

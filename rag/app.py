@@ -6,6 +6,7 @@ from pathlib import Path
 
 from indexing.config import IndexingConfig
 from indexing.store import DocumentStore
+from indexing.store_protocol import DocumentStoreProtocol
 
 from .config import RagConfig
 
@@ -14,12 +15,12 @@ def store_path(cfg: RagConfig) -> Path:
     return cfg.storage_path / "store.sqlite"
 
 
-def open_store(cfg: RagConfig) -> DocumentStore:
-    """The configured store; a Postgres store has the same interface (`indexing.pg_store`)."""
+def open_store(cfg: RagConfig) -> DocumentStoreProtocol:
+    """The configured store: SQLite or Postgres, one interface (`indexing.store_protocol`)."""
     if cfg.storage.backend == "postgres":
         from indexing.pg_store import PgDocumentStore
 
-        return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms,  # type: ignore[return-value]
+        return PgDocumentStore(cfg.storage.resolved_dsn(), cfg.storage.statement_timeout_ms,
                                read_dsn=cfg.storage.resolved_read_dsn(),
                                connect_wait_s=cfg.storage.connect_wait_s)
     return DocumentStore(store_path(cfg))
@@ -35,14 +36,16 @@ def indexing_config(cfg: RagConfig) -> IndexingConfig:
     return ic
 
 
-def build_ingestor(cfg: RagConfig, store: DocumentStore):
+def build_ingestor(cfg: RagConfig, store: DocumentStoreProtocol):
     from indexing.pipeline import Ingestor
 
     return Ingestor(store, indexing_config(cfg))
 
 
-def build_retriever(cfg: RagConfig, store: DocumentStore):
-    if getattr(store, "backend", "sqlite") == "postgres":
+def build_retriever(cfg: RagConfig, store: DocumentStoreProtocol):
+    from indexing.pg_store import PgDocumentStore
+
+    if isinstance(store, PgDocumentStore):
         from retrieval.pg_retriever import PgRetriever
 
         return PgRetriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")

@@ -26,7 +26,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from indexing.store import DocumentStore
+from indexing.store_protocol import DocumentStoreProtocol
 from indexing.types import Chunk, content_hash
 
 from .analyzer import Analyzer
@@ -161,7 +161,7 @@ class CollectionIndex:
         new.hashes, new.manifest = dict(self.hashes), dict(self.manifest)
         return new
 
-    def sync(self, store: DocumentStore, rebuild: bool = False, batch: int = 2048,
+    def sync(self, store: DocumentStoreProtocol, rebuild: bool = False, batch: int = 2048,
              on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
         """Bring the index in line with the store; returns counts of added/removed/kept chunks.
 
@@ -213,7 +213,7 @@ class CollectionIndex:
         return {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
                 "store_version": version}
 
-    def iter_indexed(self, store: DocumentStore) -> Iterator[Chunk]:
+    def iter_indexed(self, store: DocumentStoreProtocol) -> Iterator[Chunk]:
         """The chunks this index holds: the configured granularity, else everything but parents."""
         gran = self.cfg.index_granularity()
         for ch in store.iter_chunks(self.collection, gran):
@@ -221,11 +221,11 @@ class CollectionIndex:
                 continue
             yield ch
 
-    def is_current(self, store: DocumentStore) -> bool:
+    def is_current(self, store: DocumentStoreProtocol) -> bool:
         return bool(self.manifest) and self.manifest.get("store_version") == store.version(self.collection)
 
     # ---- filters -------------------------------------------------------------------------
-    def allowed(self, store: DocumentStore, filters: Filters) -> np.ndarray:
+    def allowed(self, store: DocumentStoreProtocol, filters: Filters) -> np.ndarray:
         """Int ids passing the filters, cached per (store version, filter)."""
         version = store.version(self.collection)
         key = (version, filters.key())
@@ -241,7 +241,7 @@ class CollectionIndex:
             self._allowed_cache[key] = allowed_ids(self._fields[1], filters)
         return self._allowed_cache[key]
 
-    def bm25_mask(self, store: DocumentStore, filters: Filters) -> np.ndarray:
+    def bm25_mask(self, store: DocumentStoreProtocol, filters: Filters) -> np.ndarray:
         """BM25 row mask for the filters (cached: np.isin over 100k rows costs ~10 ms)."""
         key = (store.version(self.collection), filters.key())
         if key not in self._mask_cache:

@@ -79,7 +79,7 @@ class PgRetriever(Retriever):
             return pi, pi.sync(rebuild=rebuild)
 
     @property
-    def read_store(self) -> PgDocumentStore:  # type: ignore[override]
+    def read_store(self) -> PgDocumentStore:
         return self.store.reader  # storage.read_dsn: a streaming replica takes the search reads
 
     # ---- search -----------------------------------------------------------------------

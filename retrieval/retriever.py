@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from indexing.store import DocumentStore
+from indexing.store_protocol import DocumentStoreProtocol
 
 from .analyzer import Analyzer
 from .collection_index import CollectionIndex, IndexMismatchError, retrievers_for
@@ -38,7 +38,7 @@ Progress = Callable[[int, int], None] | None
 
 
 class Retriever:
-    def __init__(self, cfg: RetrievalConfig, store: DocumentStore, index_root: str | Path,
+    def __init__(self, cfg: RetrievalConfig, store: DocumentStoreProtocol, index_root: str | Path,
                  embedder: Embedder | None = None, cache_path: str | Path | None = None,
                  llm_router: LLMRouter | None = None):
         self.cfg, self.store, self.index_root = cfg, store, Path(index_root)
@@ -53,7 +53,7 @@ class Retriever:
         self.router = Router(cfg.collections, cfg.router, self.embedder, llm_router)
 
     @classmethod
-    def from_config(cls, cfg: RetrievalConfig | Mapping[str, Any], store: DocumentStore, index_root: str | Path,
+    def from_config(cls, cfg: RetrievalConfig | Mapping[str, Any], store: DocumentStoreProtocol, index_root: str | Path,
                     embedder: Embedder | None = None, **kw: Any) -> Retriever:
         if not isinstance(cfg, RetrievalConfig):
             cfg = RetrievalConfig.model_validate(dict(cfg))
@@ -316,7 +316,7 @@ class Retriever:
         return cands
 
     @property
-    def read_store(self) -> DocumentStore:
+    def read_store(self) -> DocumentStoreProtocol:
         """Where search-time chunk reads go: the store itself here, a read replica on Postgres."""
         return self.store
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from indexing.store import DocumentStore
+from indexing.store_protocol import DocumentStoreProtocol
 
 from .types import Candidate
 
 _SENT_END = re.compile(r"[.!?]+[\"')\]”’]*(?=\s|$)|[。！？]+[」』”]?|\n{2,}")
 
 
-def expand_to_parents(cands: list[Candidate], store: DocumentStore, collection: str) -> list[Candidate]:
+def expand_to_parents(cands: list[Candidate], store: DocumentStoreProtocol, collection: str) -> list[Candidate]:
     parent_ids = list(dict.fromkeys(c.chunk.parent_id for c in cands if c.chunk.parent_id))
     parents = {p.chunk_id: p for p in store.get_chunks(parent_ids, collection)}
     out: dict[str, Candidate] = {}
@@ -52,7 +52,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def sentence_window(cands: list[Candidate], store: DocumentStore, collection: str, n: int) -> list[Candidate]:
+def sentence_window(cands: list[Candidate], store: DocumentStoreProtocol, collection: str, n: int) -> list[Candidate]:
     """Replace each hit's text by the hit plus `n` sentences before and after it in its document."""
     if n <= 0:
         return cands
