@@ -20,7 +20,6 @@ from .config_loader import apply_overrides, deep_merge, read_yaml, validate
 from .generation.config import GeneratorConfig
 from .prompt import PromptConfig
 from .query.config import QueryConfig
-from .server.config import ServerConfig
 from .storage import StorageConfig
 
 
@@ -57,6 +56,25 @@ class AnswerConfig(BaseModel):
         "generator has a selector"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
+
+
+class ServerConfig(BaseModel):
+    """`rag serve` settings: limits, auth, CORS, backpressure. Kept here with the other models the
+    config composes, so the core config never imports the server package (which imports it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    api_keys: list[str] = Field(default_factory=list, description="Bearer keys; empty = no auth")
+    api_keys_env: str = Field("RAG_API_KEYS", description="comma-separated keys read from this env var too")
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    max_tokens_limit: int = Field(1024, ge=1, description="largest max_tokens a request may ask for")
+    max_concurrent: int = Field(32, ge=1, description="generation requests admitted at once")
+    max_waiting: int = Field(64, ge=0, description="requests queued behind them; beyond this: 429")
+    retry_after_s: int = Field(2, ge=1)
+    shutdown_grace_s: float = Field(10.0, ge=0)
+    model_name: str = Field("ragstack", description="id reported by /v1/models")
 
 
 class RagConfig(BaseModel):

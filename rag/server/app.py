@@ -11,9 +11,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from indexing.pg_store import PgDocumentStore
 
-from ..config import RagConfig
+from ..config import RagConfig, ServerConfig
 from . import errors, middleware, routes_ask, routes_docs, routes_openai, routes_ops
-from .config import ServerConfig
 from .job_store import JobStore, PgJobStore, SqliteJobStore
 from .jobs import JobRunner
 from .state import Admission, Progress, ServerState

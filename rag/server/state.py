@@ -9,8 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..config import RagConfig
-from .config import ServerConfig
+from ..config import RagConfig, ServerConfig
 from .errors import Busy
 from .metrics import Registry
 
