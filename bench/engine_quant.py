@@ -1,6 +1,7 @@
 """Engine precision modes on one model: closeness to float32 and RAG-shaped latency, same process.
 
-For each mode (`float32`, `bfloat16`, `int8` = int8 linear layers with float32 activations):
+For each mode (`float32`, `bfloat16` = float weights; `int8` = int8 linear layers, `gguf` = GGUF
+blocks with the native kernels, both with float32 activations):
 - closeness: teacher-forced top-1 agreement with the first mode's (normally float32) greedy continuations
   (N tokens after each of a few chat prompts) and perplexity on a fixed text (docs/guide);
 - latency per question: a ~900-token RAG prompt (SQuAD v2 paragraphs from ../shared/datasets, or
@@ -44,7 +45,11 @@ SYSTEM = ("You answer questions using only the numbered passages below. Cite pas
 
 
 def mode_args(mode: str) -> dict:
-    return {"quantization": "int8", "dtype": "float32"} if mode == "int8" else {"dtype": mode}
+    """int8 / gguf (GGUF blocks + native kernels) take float32 activations; a dtype name is the
+    float path (`quantization: none`, else `auto` would pick GGUF blocks for a GGUF model)."""
+    if mode in ("int8", "gguf"):
+        return {"quantization": mode, "dtype": "float32"}
+    return {"quantization": "none", "dtype": mode}
 
 
 def rag_prompts(tok, n: int, target_tokens: int, seed: int = 0) -> list[list[int]]:
@@ -112,7 +117,7 @@ def latency(llm: LLM, prompts: list[list[int]], new_tokens: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen2.5-0.5b")
-    ap.add_argument("--modes", default="float32,bfloat16,int8")
+    ap.add_argument("--modes", default="float32,bfloat16,int8")  # also: gguf
     ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=900)
     ap.add_argument("--new-tokens", type=int, default=16)

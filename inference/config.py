@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    import torch
+
+    from inference.quant_mode import QuantPlan
 
 
 class EngineConfig(BaseModel):
     """Knobs of the paged-KV engine.
+
+    `quantization` (see `inference.quant_mode`): `auto` keeps a GGUF model in its block formats
+    with the native kernels on CPU (float path with one warning when they cannot load), float for
+    safetensors models; `none` always float; `int8` CPU int8 GEMMs (VNNI/AMX CPUs only); `gguf`
+    GGUF blocks or an error.
 
     `kv_cache_memory` is a budget for the K/V pools: a value <= 1 is a fraction of free memory
     (RAM on CPU, GPU memory on CUDA), a value > 1 is GiB. `num_blocks` overrides the budget
@@ -19,7 +29,7 @@ class EngineConfig(BaseModel):
 
     model: str = "smollm2"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    quantization: Literal["none", "int8"] = "none"
+    quantization: Literal["auto", "none", "int8", "gguf"] = "auto"
     block_size: int = Field(16, ge=1, le=256)
     kv_cache_memory: float = Field(0.25, gt=0)
     num_blocks: int | None = Field(None, ge=1)
@@ -47,15 +57,29 @@ class EngineConfig(BaseModel):
             return "cuda" if torch.cuda.is_available() else "cpu"
         return self.device
 
-    def resolved_dtype(self, device: str):
+    def resolved_quantization(self, device: str) -> QuantPlan:
+        """The `QuantPlan` for this model on this machine (raises for an impossible request)."""
+        from inference.quant_mode import plan_quantization
+
+        return plan_quantization(self.quantization, self.model, device)
+
+    def resolved_dtype(self, device: str, plan: QuantPlan | None = None) -> torch.dtype:
+        """`dtype: auto`: bf16 on CUDA and on CPUs with native bf16 GEMMs for float weights;
+        float32 activations for int8 and GGUF-block layers (their kernels take float32; bf16
+        activations were not measured faster with the GGUF kernels, so they stay float32).
+        `plan` (a `QuantPlan`) avoids deciding `auto` twice."""
         import torch
 
         from inference.cpu_features import has_fast_bf16
 
-        if self.dtype == "auto":
-            # bf16 where the CPU has native bf16 GEMMs; int8 layers take float32 activations
-            if device == "cuda" or (self.quantization == "none" and has_fast_bf16()):
-                return torch.bfloat16
-            return torch.float32
-        return getattr(torch, self.dtype)
+        if self.dtype != "auto":
+            return getattr(torch, self.dtype)
+        if device == "cuda":
+            return torch.bfloat16
+        mode = self.quantization
+        if mode == "auto":
+            mode = (plan or self.resolved_quantization(device)).mode
+        if mode == "none" and has_fast_bf16():
+            return torch.bfloat16
+        return torch.float32
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+import warnings
 
 import torch
 
@@ -13,7 +14,7 @@ from inference import kv_cache
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.errors import ContextOverflow, EmptyPrompt
-from inference.model_loader import load_model, load_tokenizer, resolve_model_dir
+from inference.model_loader import gguf_source, load_model, load_tokenizer, resolve_model_dir
 from inference.model_runner import ModelRunner
 from inference.outputs import RequestOutput
 from inference.postprocess import OutputProcessor
@@ -32,10 +33,16 @@ class LLMEngine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.device = config.resolved_device()
-        self.dtype = config.resolved_dtype(self.device)
-        self.model_dir = resolve_model_dir(config.model)
+        self.quant = config.resolved_quantization(self.device)
+        if self.quant.warning:
+            warnings.warn(self.quant.warning, RuntimeWarning, stacklevel=2)
+        self.dtype = config.resolved_dtype(self.device, self.quant)
+        gguf_blocks = self.quant.mode == "gguf"
+        self.model_dir = resolve_model_dir(config.model, weights=not gguf_blocks)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self.model, self.hf_config = load_model(self.model_dir, self.dtype, self.device, config.quantization)
+        self.model, self.hf_config = load_model(self.model_dir, self.dtype, self.device, self.quant.mode,
+                                                gguf_path=gguf_source(config.model) if gguf_blocks else None,
+                                                gguf_strict=config.quantization == "gguf")
         limit = getattr(self.hf_config, "max_position_embeddings", 4096)
         self.max_model_len = min(config.max_model_len or limit, limit)
         self.eos_token_ids = self._eos_ids()

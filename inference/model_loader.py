@@ -1,8 +1,10 @@
 """Resolve a model name to weights + tokenizer and build the torch module.
 
 Accepts a catalogue short name ("smollm2", "qwen2.5-0.5b": see `inference.catalog`, installed by
-`rag models install NAME`), a HF directory with safetensors, or a .gguf file (converted once into a
-cached directory by `gguf_convert`).
+`rag models install NAME`), a HF directory with safetensors, or a .gguf file. A GGUF is converted
+once into a cached directory by `gguf_convert`: config + tokenizer always, float32 safetensors only
+for the float paths; `quantization: gguf` reads its weights straight from the GGUF
+(`inference.gguf_loader`).
 """
 
 from __future__ import annotations
@@ -12,22 +14,34 @@ from pathlib import Path
 import torch
 
 from inference.catalog import ModelNotInstalledError, catalog_gguf, not_installed_message
-from inference.gguf_convert import convert
+from inference.gguf_convert import convert, convert_meta
 from inference.models import build_model
 
 
-def resolve_model_dir(model: str) -> Path:
-    """Return a HF-style directory for `model`, converting a GGUF on first use."""
+def gguf_source(model: str) -> Path | None:
+    """The GGUF file behind `model` (catalogue name, .gguf path, or a folder holding only a GGUF);
+    None for a HF directory. Raises ModelNotInstalledError for an uninstalled catalogue name."""
     gguf = catalog_gguf(model)
     if gguf is not None:
-        return convert(gguf)
+        return gguf
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return convert(path)
-    if path.is_dir():
+        return path
+    if path.is_dir() and not (path / "config.json").exists():
         ggufs = sorted(path.glob("*.gguf"))
-        if not (path / "config.json").exists() and ggufs:
-            return convert(ggufs[0])
+        if ggufs:
+            return ggufs[0]
+    return None
+
+
+def resolve_model_dir(model: str, weights: bool = True) -> Path:
+    """Return a HF-style directory for `model`, converting a GGUF on first use. `weights=False`
+    writes only config + tokenizer for a GGUF (the block loader reads the GGUF itself)."""
+    gguf = gguf_source(model)
+    if gguf is not None:
+        return convert(gguf) if weights else convert_meta(gguf)
+    path = Path(model).expanduser()
+    if path.is_dir():
         return path
     raise ModelNotInstalledError(not_installed_message(model))
 
@@ -38,13 +52,27 @@ def load_tokenizer(model_dir: Path):
     return AutoTokenizer.from_pretrained(str(model_dir))
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: str, quantization: str = "none"):
-    """Build our decoder from config.json and fill it from *.safetensors. `quantization="int8"`
-    converts the linear layers from the float32 weights (before any cast to `dtype`), CPU only."""
-    from safetensors.torch import load_file
+def load_model(model_dir: Path, dtype: torch.dtype, device: str, quantization: str = "none",
+               gguf_path: Path | None = None, gguf_strict: bool = True):
+    """Build our decoder from config.json. Float paths fill it from *.safetensors;
+    `quantization="int8"` converts the linear layers from the float32 weights (before any cast to
+    `dtype`), CPU only; `quantization="gguf"` keeps `gguf_path`'s blocks (CPU, native kernels).
+    `gguf_strict=False` (what `quantization: auto` asks for) dequantises a tensor of a type the
+    kernels lack instead of refusing the model."""
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(str(model_dir))
+    if quantization == "gguf":
+        from inference.gguf_loader import load_gguf_model
+
+        if gguf_path is None:
+            raise ValueError("quantization: gguf needs the GGUF file (gguf_path)")
+        if device != "cpu":
+            raise ValueError("quantization: gguf runs on CPU only (the native kernels are CPU code)")
+        model = load_gguf_model(gguf_path, hf_config, backend="kernels", mode="gguf" if gguf_strict else "auto")
+        return model.to(dtype=dtype).eval(), hf_config
+    from safetensors.torch import load_file
+
     model = build_model(hf_config)
     state: dict[str, torch.Tensor] = {}
     for f in sorted(model_dir.glob("*.safetensors")):

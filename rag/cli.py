@@ -9,7 +9,7 @@ import sys
 from .config_loader import ConfigError
 
 # Command groups in the order `rag --help` lists them; each module exposes register(subparsers).
-COMMANDS = ("index", "docs", "chunk", "search", "reindex", "ask", "serve", "eval", "rerank", "embed", "config", "models")
+COMMANDS = ("index", "docs", "chunk", "search", "reindex", "ask", "serve", "eval", "rerank", "embed", "config", "models", "doctor")
 
 
 class CommandImportError(RuntimeError):

@@ -22,9 +22,10 @@ SYSTEM = ("You are a careful assistant for a retrieval system. Answer only from 
 
 def make_llm(**kwargs) -> LLM:
     """Extra engines (tiny pools, int8 KV ...) reuse the converted model dir from the session one.
-    float32 unless a test asks otherwise: the HF parity checks need it, and `dtype: auto` means bf16
-    on CPUs with AVX512-BF16."""
+    float32 float weights unless a test asks otherwise: the HF parity checks need them, `dtype: auto`
+    means bf16 on CPUs with AVX512-BF16 and `quantization: auto` GGUF blocks when the kernels load."""
     kwargs.setdefault("dtype", "float32")
+    kwargs.setdefault("quantization", "none")
     llm = LLM(kwargs.pop("model", "smollm2"), **kwargs)
     _ENGINES.append(llm)
     return llm

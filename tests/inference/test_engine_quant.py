@@ -70,7 +70,7 @@ def test_int8_close_to_float32_qwen(qwen_name):
     (per-tensor activation scales: 0.80 and +15%)."""
     from inference import LLM
 
-    ref = LLM(qwen_name, num_blocks=32, dtype="float32")
+    ref = LLM(qwen_name, num_blocks=32, dtype="float32", quantization="none")
     cand = LLM(qwen_name, num_blocks=32, quantization="int8")
     agree, ppl_ratio = closeness(ref, cand, 48)
     assert agree >= 0.95, agree
@@ -80,14 +80,15 @@ def test_int8_close_to_float32_qwen(qwen_name):
 def test_dtype_auto_follows_cpu_flags(monkeypatch):
     import inference.cpu_features as cf
 
+    # float weights (`quantization: auto` on a GGUF may pick float32-activation block kernels)
     monkeypatch.setattr(cf, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
-    assert EngineConfig().resolved_dtype("cpu") == torch.bfloat16
+    assert EngineConfig(quantization="none").resolved_dtype("cpu") == torch.bfloat16
     assert EngineConfig(quantization="int8").resolved_dtype("cpu") == torch.float32
     assert EngineConfig(dtype="float32").resolved_dtype("cpu") == torch.float32
     monkeypatch.setattr(cf, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    assert EngineConfig().resolved_dtype("cpu") == torch.float32
+    assert EngineConfig(quantization="none").resolved_dtype("cpu") == torch.float32
     monkeypatch.setattr(cf, "cpu_flags", lambda: frozenset({"amx_bf16"}))
-    assert EngineConfig().resolved_dtype("cpu") == torch.bfloat16
+    assert EngineConfig(quantization="none").resolved_dtype("cpu") == torch.bfloat16
 
 
 def test_cpu_flags_read_from_proc():

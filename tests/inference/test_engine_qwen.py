@@ -13,7 +13,7 @@ def test_qwen2_matches_hf(qwen_name):
 
     from inference import LLM, SamplingParams
 
-    llm = LLM(qwen_name, num_blocks=64, dtype="float32")
+    llm = LLM(qwen_name, num_blocks=64, dtype="float32", quantization="none")
     prompt = "def quicksort(arr):"
     out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))[0]
     hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=torch.float32).eval()

@@ -1,0 +1,247 @@
+"""GGUF weights kept in their block formats (`inference.gguf_loader`, `inference.layers.gguf_linear`)
+against the float32-dequantised model (itself token-identical to HF transformers).
+
+The block model runs the native kernels when `inference.kernels` loads; until then (or on a
+machine where it cannot build) the same loader is tested with the torch backend (rows
+dequantised once with gguf-py, `F.linear`), and the kernel-only bounds are skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoConfig
+
+from inference import SamplingParams
+from inference.catalog import catalog_gguf
+from inference.config import EngineConfig
+from inference.gguf_convert import GGUFFileError, open_gguf
+from inference.gguf_loader import UnsupportedTensorType, load_gguf_model
+from inference.layers.gguf_linear import GGUFLinear, RowGroup, kernel_error, kernel_ops, weight_bytes
+from inference.model_loader import resolve_model_dir
+from inference.quant_mode import plan_quantization
+
+KERNELS = kernel_ops() is not None
+BACKEND = "kernels" if KERNELS else "torch"
+Q4_1, Q8_0 = 3, 8
+TEXT = ("A block table maps each sequence to the blocks that hold its tokens, so two requests that "
+        "start with the same system prompt can share those blocks instead of computing them twice.")
+
+
+@pytest.fixture(scope="module")
+def gguf_path():
+    return catalog_gguf("smollm2")
+
+
+@pytest.fixture(scope="module")
+def hf_config(model_dir):
+    return AutoConfig.from_pretrained(str(model_dir))
+
+
+@pytest.fixture(scope="module")
+def block_llm(gguf_path, hf_config, engine_factory):
+    """The engine on GGUF blocks: `quantization: gguf` with the kernels; without them the float
+    engine's model is swapped for a torch-backend block model (same loader, same runner)."""
+    if KERNELS:
+        llm = engine_factory(num_blocks=64, quantization="gguf")
+        assert llm.engine.quant.mode == "gguf"
+        return llm
+    llm = engine_factory(num_blocks=64)
+    model = load_gguf_model(gguf_path, hf_config, backend="torch")
+    model.set_kv_caches(llm.engine.runner.caches)
+    llm.engine.model = llm.engine.runner.model = model
+    return llm
+
+
+@pytest.fixture(scope="module")
+def fresh_blocks(gguf_path, hf_config):
+    """A block model no forward has touched (the torch backend's float copies appear on first use)."""
+    return load_gguf_model(gguf_path, hf_config, backend=BACKEND)
+
+
+def test_every_weight_is_a_block_layer(block_llm):
+    """Catches a projection, the embedding or the head left as a float nn.Linear/nn.Embedding (the
+    float32 copy this path exists to avoid)."""
+    model = block_llm.engine.model
+    assert not any(type(m) in (torch.nn.Linear, torch.nn.Embedding) for m in model.modules())
+    assert sum(isinstance(m, GGUFLinear) for m in model.modules()) == 4 * len(model.layers) + 1
+    assert block_llm.engine.dtype == torch.float32
+
+
+def test_logits_match_float32(llm, block_llm):
+    """Catches wrong rows, types or fusion order in the block model (any of them moves log-probs by
+    whole nats). Torch backend: same dequantised weights, so only summation order differs (bound
+    1e-3). Kernels: activations are quantised to 8 bits per 32-block (Q8_0 dot products, as in
+    llama.cpp; a layer's kernel output equals float32 on Q8_0-rounded activations to ~1e-5, see
+    test_kernel_layer_is_q8_activation_exact), so log-probs move: measured mean |diff| 0.073,
+    max 0.27 nats over this text; bounds 2x and ~4x that."""
+    ids = llm.tokenizer.encode(TEXT)
+    ref = np.array(llm.prompt_logprobs([ids])[0])
+    got = np.array(block_llm.prompt_logprobs([ids])[0])
+    diff = np.abs(ref - got)
+    if KERNELS:
+        assert diff.mean() <= 0.15 and diff.max() <= 1.0, (diff.mean(), diff.max())
+    else:
+        assert diff.max() <= 1e-3, diff.max()
+
+
+def test_greedy_continuations_agree(llm, block_llm, greedy, prompts):
+    """Catches a block model that is close per token but drifts (a wrong bias or norm, the head on
+    the wrong rows): teacher-forced on float32's greedy 16-token continuations of the fixed
+    prompts, the block model's top-1 token agrees >= 14/16 per prompt (kernels; measured 15-16/16,
+    93/96 over six prompts; free-running continuations fork at the first near-tie, so positions
+    after it say nothing), and the torch backend reproduces them exactly."""
+    ref = [o.token_ids for o in llm.generate(prompts, greedy(16))]
+    if not KERNELS:
+        assert [o.token_ids for o in block_llm.generate(prompts, greedy(16))] == ref
+        return
+    ids = [llm.tokenizer.encode(p) for p in prompts]
+    outs = block_llm.generate([p + c for p, c in zip(ids, ref, strict=True)],
+                              SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1))
+    for o, p, c in zip(outs, ids, ref, strict=True):
+        top = [max(o.prompt_logprobs[pos], key=o.prompt_logprobs[pos].get) for pos in range(len(p), len(p) + len(c))]
+        assert sum(a == b for a, b in zip(top, c, strict=True)) >= 14, (top, c)
+
+
+def test_weight_bytes_about_file_size(llm, gguf_path, hf_config):
+    """Catches a float copy of a quantised weight (the 98 MB SmolLM2 became 538 MB as float32) and
+    a tied head given its own copy of the vocabulary: the block model holds the file's tensor bytes
+    (norms and all), within 1%."""
+    reader = open_gguf(gguf_path)
+    file_tensors = sum(int(t.n_bytes) for t in reader.tensors)
+    model = load_gguf_model(gguf_path, hf_config, backend=BACKEND)
+    held = weight_bytes(model)
+    assert abs(held - file_tensors) <= 0.01 * file_tensors, (held, file_tensors)
+    assert weight_bytes(llm.engine.model) > 5 * held  # the float32 engine it replaces
+    head, emb = model.lm_head, model.embed_tokens
+    assert head.groups[0].rows.data_ptr() == emb.group.rows.data_ptr()  # tied: the same rows
+
+
+def test_qk_rows_unpermuted_for_llama(llm, fresh_blocks):
+    """Catches a missing (or doubled) undo of llama.cpp's Q/K row permutation on the quantised rows:
+    the block model's fused qkv rows, dequantised, must equal the float model's qkv weight exactly
+    (the float path unpermutes float arrays; HF parity tests pin that one)."""
+    for i in (0, len(fresh_blocks.layers) - 1):
+        qkv = fresh_blocks.layers[i].self_attn.qkv_proj
+        dense = torch.cat([RowGroup(g.rows, g.qtype, g.k).dense() for g in qkv.groups])
+        assert torch.equal(dense, llm.engine.model.layers[i].self_attn.qkv_proj.weight.float())
+
+
+def test_forward_rows_is_a_column_subset(fresh_blocks):
+    """Catches forward_rows returning the wrong columns or a different rounding than forward (a
+    constrained head must score allowed tokens exactly as the full head would)."""
+    x = torch.randn(3, fresh_blocks.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    rows = torch.tensor([5, 0, 49151, 1234, 1234])
+    full = fresh_blocks.lm_head(x)
+    assert torch.allclose(fresh_blocks.lm_head.forward_rows(x, rows), full[:, rows], atol=1e-4, rtol=1e-4)
+
+
+def test_mixed_type_fused_groups(fresh_blocks):
+    """Catches a fused projection whose row groups have different GGUF types being concatenated
+    as one type (Q4_K_M files put attn_v/ffn_down in Q6_K next to Q4_K): groups stay apart, one
+    matmul each, outputs concatenated in order."""
+    q41 = fresh_blocks.layers[0].self_attn.o_proj.groups[0]  # Q4_1 [576, 576]
+    q80 = fresh_blocks.embed_tokens.group  # Q8_0 [49152, 576]
+    a = RowGroup(q41.rows[:64], Q4_1, q41.k)
+    b = RowGroup(q80.rows[:32], Q8_0, q80.k)
+    mixed = GGUFLinear([a, b, RowGroup(q41.rows[64:96], Q4_1, q41.k)], torch.arange(128.0), backend=BACKEND)
+    assert [g.qtype for g in mixed.groups] == [Q4_1, Q8_0, Q4_1]
+    x = torch.randn(2, q41.k, generator=torch.Generator().manual_seed(1))
+    w = torch.cat([a.dense(), b.dense(), RowGroup(q41.rows[64:96], Q4_1, q41.k).dense()])
+    ref = x @ w.T + torch.arange(128.0)
+    tol = 0.02 * ref.abs().max().item() if KERNELS else 1e-4
+    assert (mixed(x) - ref).abs().max().item() <= tol
+    assert mixed(x.bfloat16()).dtype == torch.bfloat16
+
+
+def _q8_0(x: torch.Tensor) -> torch.Tensor:
+    """Activations rounded as llama.cpp's Q8_0 does (one scale max|x|/127 per 32 values)."""
+    xb = x.reshape(x.shape[0], -1, 32)
+    d = xb.abs().amax(-1, keepdim=True) / 127
+    return ((xb / d.clamp(min=1e-30)).round().clamp(-127, 127) * d).reshape(x.shape)
+
+
+@pytest.mark.skipif(not KERNELS, reason=f"native kernels unavailable: {kernel_error()}")
+def test_kernel_layer_is_q8_activation_exact(fresh_blocks):
+    """Catches wiring that feeds the kernels the wrong rows, type id, K or group order (errors of
+    whole units), and pins where the kernels' difference from float32 comes from: each block
+    layer equals float32 on Q8_0-rounded activations (measured ~1e-5 on outputs of ~20)."""
+    x = torch.randn(4, fresh_blocks.config.hidden_size, generator=torch.Generator().manual_seed(2))
+    for layer in (fresh_blocks.layers[0].self_attn.qkv_proj, fresh_blocks.layers[0].mlp.gate_up_proj,
+                  fresh_blocks.lm_head):
+        w = torch.cat([RowGroup(g.rows, g.qtype, g.k).dense() for g in layer.groups])
+        ref = _q8_0(x) @ w.T
+        assert (layer(x) - ref).abs().max().item() <= 1e-5 * max(1.0, ref.abs().max().item()) * 10
+
+
+def test_unsupported_type_named_then_auto_dequantises_it_alone(gguf_path, hf_config):
+    """Catches an unsupported tensor type failing deep inside a kernel (or silently): `gguf` names
+    the tensor, its type and the supported list in one line; `auto` dequantises that tensor only
+    and says so once."""
+    only_q41 = frozenset({Q4_1})
+    with pytest.raises(UnsupportedTensorType) as err:
+        load_gguf_model(gguf_path, hf_config, backend="torch", mode="gguf", supported=only_q41)
+    msg = str(err.value)
+    assert "token_embd.weight" in msg and "Q8_0" in msg and "supported: F32, Q4_1" in msg and "\n" not in msg
+    with pytest.warns(RuntimeWarning, match=r"1 GGUF tensor\(s\).*token_embd\.weight: Q8_0.*those tensors only"):
+        model = load_gguf_model(gguf_path, hf_config, backend="torch", mode="auto", supported=only_q41)
+    assert model.embed_tokens.group.qtype == 0  # float32 now
+    assert model.layers[0].mlp.down_proj.groups[0].qtype == Q4_1  # everything else still blocks
+
+
+def test_truncated_gguf_named_and_nothing_cached(gguf_path, hf_config, tmp_path, monkeypatch):
+    """Catches a truncated download failing with a numpy reshape error (and a half-written cache
+    directory): the error names the file, and the model cache stays empty."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RAG_CACHE_DIR", str(cache))
+    for size in (1000, 50_000_000):  # inside the header, inside the tensor data
+        bad = tmp_path / f"cut{size}.gguf"
+        with open(gguf_path, "rb") as src:
+            bad.write_bytes(src.read(size))
+        for weights in (False, True):
+            with pytest.raises(GGUFFileError, match=re.escape(str(bad))):
+                resolve_model_dir(str(bad), weights=weights)
+        with pytest.raises(GGUFFileError, match="truncated"):
+            load_gguf_model(bad, hf_config, backend="torch")
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_int8_refused_without_vnni():
+    """Catches int8 being accepted on an AVX2-only CPU, where `torch._int_mm` has no int8 dot
+    products and runs slower than float: refused, naming the CPU and the alternative."""
+    with pytest.raises(ValueError, match=r"Example CPU 9000.*quantization: auto"):
+        plan_quantization("int8", "smollm2", "cpu", flags=frozenset({"avx2", "fma"}), cpu="Example CPU 9000")
+    for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        assert plan_quantization("int8", "smollm2", "cpu", flags=frozenset({"avx2", flag})).mode == "int8"
+
+
+def test_auto_falls_back_with_one_warning_naming_the_cause(model_dir):
+    """Catches `auto` failing (or silently going slow) when the kernels cannot load: float path,
+    one warning that names the load error, bf16/fp32 as for `none`; with kernels, GGUF blocks in
+    float32; a safetensors directory or CUDA never picks GGUF blocks."""
+    plan = plan_quantization("auto", "smollm2", "cpu", kernels_available=False, kernels_error="no C compiler found")
+    assert plan.mode == "none" and "no C compiler found" in plan.warning and "float" in plan.warning
+    cfg = EngineConfig(model="smollm2")
+    assert cfg.resolved_dtype("cpu", plan) == EngineConfig(quantization="none").resolved_dtype("cpu")
+    on = plan_quantization("auto", "smollm2", "cpu", kernels_available=True)
+    assert on.mode == "gguf" and on.warning is None and cfg.resolved_dtype("cpu", on) == torch.float32
+    assert plan_quantization("auto", str(model_dir), "cpu", kernels_available=True).mode == "none"
+    assert plan_quantization("auto", "smollm2", "cuda", kernels_available=True).mode == "none"
+    with pytest.raises(ValueError, match="no C compiler found"):
+        plan_quantization("gguf", "smollm2", "cpu", kernels_available=False, kernels_error="no C compiler found")
+
+
+@pytest.mark.skipif(KERNELS, reason="the kernels loaded here, so auto does not fall back")
+def test_engine_auto_warns_once_when_kernels_missing(engine_factory):
+    """Catches the fallback warning repeated per layer/engine call site or missing: building an
+    engine with `auto` on this machine (kernels absent) emits exactly one, naming the cause."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        llm = engine_factory(num_blocks=16, quantization="auto")
+    ours = [w for w in caught if "native GGUF kernels are unavailable" in str(w.message)]
+    assert len(ours) == 1 and kernel_error() in str(ours[0].message)
+    assert llm.engine.quant.mode == "none"
