@@ -1,8 +1,9 @@
 """The output half of an engine step: what happens to the logits `ModelRunner.run` returned.
 
-nano-vllm's step is schedule -> run -> postprocess; this is the postprocess. In order: n > 1
-samples fork off their parent once its prompt is computed (sharing its blocks, copy-on-write),
-first-token candidate log-probs are read, one token per row is sampled (penalties, logits
+nano-vllm's step is schedule -> run -> postprocess; this is the postprocess. In order: the
+prompt log-probs the runner computed are recorded (output bookkeeping, so the scheduler only
+schedules), n > 1 samples fork off their parent once its prompt is computed (sharing its blocks,
+copy-on-write), first-token candidate log-probs are read, one token per row is sampled (penalties, logits
 processors such as the JSON-schema / grounded-span constraints, seeds: `sampler.sample`),
 requested log-probs are attached, and each sequence either finishes (stop token, stop string,
 length), shifts its context (requeued, recomputed) or stays running. Sequence placement goes
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from inference import prompt_logprobs
 from inference.block_manager import BlockManager
 from inference.model_runner import RunOutput
 from inference.outputs import RequestOutput
@@ -35,6 +37,9 @@ class OutputProcessor:
         self.total_generated_tokens = 0
 
     def postprocess(self, batch: ScheduledBatch, out: RunOutput) -> list[RequestOutput]:
+        # Before anything can finish this step: a finished request returns its prompt log-probs.
+        for i, entries in out.prompt_logprobs.items():
+            prompt_logprobs.record(batch.seqs[i], entries)
         rows_seqs: list[Sequence] = []
         rows: list[int] = []
         for r, i in enumerate(out.owners):

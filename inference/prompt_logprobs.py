@@ -14,7 +14,7 @@ import torch
 
 from inference.sampling_params import SamplingParams
 
-if TYPE_CHECKING:  # the scheduler records prompt log-probs through this module
+if TYPE_CHECKING:  # the batch shape only; the output processor records through this module
     from inference.scheduler import ScheduledBatch
 
 ROWS_PER_SLICE = 256

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from inference import prompt_logprobs
 from inference.block_manager import BlockManager
 from inference.sequence import Sequence, Status
 
@@ -64,11 +63,10 @@ class Scheduler:
         child.status = Status.RUNNING
         self.running.append(child)
 
-    def commit(self, batch: ScheduledBatch, prompt_lps: dict[int, list[prompt_logprobs.Entry]]) -> None:
-        """After the runner computed a batch: record prompt log-probs, advance each sequence's
-        computed tokens and let the block manager fill and hash the blocks just written."""
-        for i, entries in prompt_lps.items():
-            prompt_logprobs.record(batch.seqs[i], entries)
+    def commit(self, batch: ScheduledBatch) -> None:
+        """After the runner computed a batch: advance each sequence's computed tokens and let the
+        block manager fill and hash the blocks just written (outputs, prompt log-probs included,
+        are the output processor's)."""
         for seq, p, n in zip(batch.seqs, batch.prev_computed, batch.num_tokens, strict=True):
             seq.num_computed_tokens = p + n
             self.bm.commit(seq, p)

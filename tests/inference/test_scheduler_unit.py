@@ -19,7 +19,7 @@ def step(sched: Scheduler, new_tokens: dict[str, int] | None = None) -> Schedule
     """schedule, then what the engine does: commit computed tokens and append a sampled token to
     every sequence whose tokens are now all computed."""
     batch = sched.schedule()
-    sched.commit(batch, {})
+    sched.commit(batch)
     for s in batch.seqs:
         if s.num_uncomputed == 0:
             s.append((new_tokens or {}).get(s.request_id, 7))
