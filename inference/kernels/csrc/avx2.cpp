@@ -12,5 +12,7 @@
 
 namespace ragk {
 #include "x86_body.inc"
+
+void fill_avx2(IsaTable& t) { fill_body_avx2(t); }
 }  // namespace ragk
 #endif

@@ -8,10 +8,69 @@
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SFX avx512
+#define RAGK_MASK_OPS 1
 #define DOT_U8S8(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 #define DOT_S16(acc, p, sc) _mm256_dpwssd_epi32((acc), (p), (sc))
 
 namespace ragk {
 #include "x86_body.inc"
+
+namespace {
+
+// Two 32-element blocks per 512-bit register: nibbles spread with one permute + masked shift,
+// fifth bits added under a 64-bit mask, one vpdpbusd, one FMA for both blocks.
+template <int BB, int QOFF, bool MIN, bool FIVE>
+TGT float dot32_zmm(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock32*>(xv);
+  const int64_t nb = n / QK;
+  constexpr int QS = (MIN ? 4 : 2) + (FIVE ? 4 : 0);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+  __m512 acc = _mm512_setzero_ps();
+  float corr = 0.0f;
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const uint8_t* b0 = w + BB * i;
+    const uint8_t* b1 = b0 + BB;
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + QS))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + QS)), 1);
+    __m512i q = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(t));  // t0 t0 t1 t1
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, __mmask32(0xFF00FF00u), q, 4), m4);
+    if (FIVE) {
+      uint32_t h0, h1;
+      std::memcpy(&h0, b0 + (MIN ? 4 : 2), 4);
+      std::memcpy(&h1, b1 + (MIN ? 4 : 2), 4);
+      q = _mm512_mask_add_epi8(q, __mmask64(h0 | (uint64_t(h1) << 32)), q, b4);
+    }
+    const __m512i xx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i + 1].qs)), 1);
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xx);
+    const float d0 = f16avx512(b0), d1 = f16avx512(b1);
+    const __m512 sc =
+        _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(d0 * x[i].d), _mm512_set1_ps(d1 * x[i + 1].d));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc);
+    corr += (MIN ? f16avx512(b0 + 2) : d0) * x[i].ds + (MIN ? f16avx512(b1 + 2) : d1) * x[i + 1].ds;
+  }
+  float tail = 0.0f;
+  if (i < nb) {
+    __m256 a = _mm256_setzero_ps();
+    block32avx512<BB, QOFF, MIN, FIVE>(w + BB * i, x[i], a, corr);
+    tail = hsum_psavx512(a);
+  }
+  return _mm512_reduce_add_ps(acc) + tail + (MIN ? 1.0f : -float(QOFF)) * corr;
+}
+
+}  // namespace
+
+void fill_avx512(IsaTable& t) {
+  fill_body_avx512(t);
+  t.dot[T_Q4_0] = dot32_zmm<18, 8, false, false>;
+  t.dot[T_Q4_1] = dot32_zmm<20, 0, true, false>;
+  t.dot[T_Q5_0] = dot32_zmm<22, 16, false, true>;
+  t.dot[T_Q5_1] = dot32_zmm<24, 0, true, true>;
+}
 }  // namespace ragk
 #endif

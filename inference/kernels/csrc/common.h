@@ -26,13 +26,14 @@ enum QType : int {
 };
 
 // Activations quantised once per call, for the 32-element weight formats: one scale, the integer
-// sum (Q4_0/Q5_0 offsets and Q4_1/Q5_1 minimums need sum(q)), 32 int8 values.
+// sum and d * sum (Q4_0/Q5_0 offsets and Q4_1/Q5_1 minimums need sum(x)), 32 int8 values.
 struct XBlock32 {
   float d;
+  float ds;
   int32_t sum;
   int8_t qs[32];
 };
-static_assert(sizeof(XBlock32) == 40, "XBlock32 layout");
+static_assert(sizeof(XBlock32) == 44, "XBlock32 layout");
 
 // Activations for the 256-element K formats: one scale, 256 int8 and the sum of every 16 (the
 // K formats' minimums and Q6_K's -32 offset are applied through these sums).

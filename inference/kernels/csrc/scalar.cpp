@@ -30,6 +30,7 @@ void quant32(const float* x, void* out, int64_t k) {
     }
     b[i].d = d;
     b[i].sum = sum;
+    b[i].ds = d * float(sum);
   }
 }
 
