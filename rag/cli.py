@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import os
 import sys
 
 from .config_loader import ConfigError
 
 # Command groups in the order `rag --help` lists them; each module exposes register(subparsers).
+# A group is `rag/commands/<name>.py`, or a module another package plugs in through the PLUGINS
+# entry-point group (`eval` -> eval/cli.py, see pyproject.toml), so the library never imports it.
 COMMANDS = ("index", "docs", "chunk", "search", "reindex", "ask", "serve", "eval", "rerank", "embed", "config", "models", "doctor")
+
+PLUGINS = "ragstack.commands"
 
 
 class CommandImportError(RuntimeError):
@@ -24,18 +30,31 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    import importlib
+def _plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    """Plugged-in command groups by name. Every distribution is read, not only the first of each
+    name (`entry_points(group=)`): a stale `ragstack.egg-info` left in the checkout by a non-editable
+    build comes first on `sys.path` and would hide the installed entry points."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == PLUGINS:
+                found.setdefault(ep.name, ep)
+    return found
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rag", description="Index documents, search them, answer with citations.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    plugins = _plugins()
+    for name in (*COMMANDS, *sorted(set(plugins) - set(COMMANDS))):
         # A command module imports only argparse-level code (stages load lazily in its handlers),
         # so an ImportError here is a bug: raise it, naming the command, never skip the command.
         try:
-            mod = importlib.import_module(f"rag.commands.{name}")
+            mod = plugins[name].load() if name in plugins else importlib.import_module(f"rag.commands.{name}")
         except ImportError as e:
-            raise CommandImportError(f"command {name!r} is broken: {e}") from e
+            hint = "" if name in plugins else (f" (nor does an installed package provide it as a {PLUGINS} "
+                                               "entry point: reinstall with `make install`)")
+            raise CommandImportError(f"command {name!r} is broken: {e}{hint}") from e
         mod.register(sub)
     return parser
 

@@ -82,8 +82,8 @@ def test_cli_trains_a_probe_file_that_calibrate_accepts_only_for_its_model(share
     calibration and docs read, and `rag eval calibrate --probe` taking another model's probe."""
     import json
 
+    from eval.cli_calibrate import _load_probe
     from rag.cli import main
-    from rag.commands.eval import _load_probe
 
     out = tmp_path / "probe.json"
     rc = main(["eval", "probe", "--dataset", str(shared_datasets / "squad_v2_half"), "--limit", "24",

@@ -60,7 +60,7 @@ def test_calibration_records_the_languages_of_its_questions():
     which would apply it everywhere): each language of >= 20 % of the questions is listed."""
     from types import SimpleNamespace
 
-    from rag.commands.eval import _languages
+    from eval.cli_calibrate import _languages
 
     en = [SimpleNamespace(question="What is the capital city of the island nation?")] * 7
     zh = [SimpleNamespace(question="這個島國的首都是哪裡？")] * 3
