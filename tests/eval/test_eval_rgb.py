@@ -25,6 +25,9 @@ def reader(query: str, passages: list[str]) -> str:
 
 
 def test_rgb_noise_rejection_and_counterfactual(tmp_path):
+    """Catches fact detection that never fires (a `fact_detect == 0.0` check alone passed with a
+    detector that counts nothing), one that misses RGB's flag written with capitals or in Chinese,
+    and one that counts every counterfactual answer as flagged."""
     p = tmp_path / "en.json"
     p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     items = load_rgb(p)
@@ -35,6 +38,15 @@ def test_rgb_noise_rejection_and_counterfactual(tmp_path):
     assert noise.metrics == {"rgb_acc": 0.0, "rgb_reject": 1.0, "negative_rejection": 1.0}
     fact = evaluate_rgb(items, reader, counterfactual=True, n_passages=3, progress=False)
     assert fact.metrics["rgb_acc"] == 0.0 and fact.metrics["fact_detect"] == 0.0
+    # A reader that knows two of the capitals flags the false passages there (capitalised English,
+    # RGB's Traditional Chinese phrase) and repeats the false answer for Egypt: 2 of 3 detected.
+    flags = {"France": "There are Factual Errors in the provided documents.", "Japan": "文件中有事實性錯誤。"}
+
+    def checker(query: str, passages: list[str]) -> str:
+        return next((v for k, v in flags.items() if k in query), None) or reader(query, passages)
+
+    flagged = evaluate_rgb(items, checker, counterfactual=True, n_passages=3, progress=False)
+    assert flagged.metrics["fact_detect"] == 2 / 3 and flagged.metrics["rgb_acc"] == 0.0
     cache = QueryCache(tmp_path / "rgb.jsonl", "k")
     evaluate_rgb(items[:2], reader, progress=False, cache=cache)
     again = evaluate_rgb(items, reader, progress=False, cache=QueryCache(tmp_path / "rgb.jsonl", "k"))
