@@ -63,6 +63,91 @@ TGT float dot32_zmm(int64_t n, const uint8_t* w, const void* xv) {
   return _mm512_reduce_add_ps(acc) + tail + (MIN ? 1.0f : -float(QOFF)) * corr;
 }
 
+// Words 8k..8k+7 = v[k]: per-128-bit-lane indices / scales for vpermw.
+TGT inline __m512i lane_words(uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3) {
+  const uint64_t rep = 0x0101010101010101ull;
+  return _mm512_cvtepu8_epi16(
+      _mm256_set_epi64x(int64_t(v3 * rep), int64_t(v2 * rep), int64_t(v1 * rep), int64_t(v0 * rep)));
+}
+
+// Q4_K / Q5_K with one 64-element sub-block pair per zmm: [low nibbles | high nibbles] against
+// 64 contiguous activations, one vpmaddubsw + one vpdpwssd with the pair's two scales.
+template <bool FIVE>
+TGT float dot_qk45_zmm(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock256*>(xv);
+  constexpr int BB = FIVE ? 176 : 144;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  __m512i idx[4], sel[4];
+  for (int j = 0; j < 4; ++j) {
+    idx[j] = lane_words(2 * j, 2 * j, 2 * j + 1, 2 * j + 1);
+    sel[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(char(1 << (2 * j)))),
+                                _mm256_set1_epi8(char(1 << (2 * j + 1))), 1);
+  }
+  __m512 acc = _mm512_setzero_ps();
+  float corr = 0.0f;
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + BB * i;
+    __m128i mn16;
+    const __m512i sc16 = _mm512_castsi256_si512(k_scalesavx512(b + 4, mn16));
+    const uint8_t* qs = b + (FIVE ? 48 : 16);
+    const int8_t* xq = x[i].qs;
+    __m512i hz = _mm512_setzero_si512();
+    if (FIVE) hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)));
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j)));
+      q = _mm512_and_si512(_mm512_mask_srli_epi16(q, __mmask32(0xFFFF0000u), q, 4), m4);
+      if (FIVE) q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hz, sel[j]), q, b4);
+      const __m512i xx = _mm512_loadu_si512(xq + 64 * j);
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q, xx), _mm512_permutexvar_epi16(idx[j], sc16));
+    }
+    const float dx = x[i].d;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(f16avx512(b) * dx), acc);
+    corr += f16avx512(b + 2) * dx * float(k_minsavx512(mn16, x[i].bsums));
+  }
+  return _mm512_reduce_add_ps(acc) - corr;
+}
+
+// Q6_K with 64 elements per zmm: the 6th/5th bit pairs come from one broadcast of qh shifted by
+// a different count in each half (vpsllvw / vpsrlvw), scales picked per 16 with vpermw.
+TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
+  const auto* x = static_cast<const XBlock256*>(xv);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i cnt_a = lane_words(4, 4, 2, 2);
+  const __m512i cnt_b = lane_words(0, 0, 2, 2);
+  const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+                          lane_words(12, 13, 14, 15)};
+  __m512 acc = _mm512_setzero_ps();
+  float corr = 0.0f;
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + 210 * i;
+    const int8_t* xq = x[i].qs;
+    __m128i sc_lo, sc_hi;
+    const int off = q6_offsetavx512(reinterpret_cast<const int8_t*>(b + 192), x[i].bsums, sc_lo, sc_hi);
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_set_m128i(sc_hi, sc_lo));
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = _mm512_loadu_si512(b + 64 * h);
+      const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+      const __m512i a = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_sllv_epi16(hh, cnt_a), m30));
+      const __m512i c = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                        _mm512_and_si512(_mm512_srlv_epi16(hh, cnt_b), m30));
+      const __m512i xa = _mm512_loadu_si512(xq + 128 * h);
+      const __m512i xc = _mm512_loadu_si512(xq + 128 * h + 64);
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(a, xa), _mm512_permutexvar_epi16(idx[2 * h], sc16));
+      sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(c, xc), _mm512_permutexvar_epi16(idx[2 * h + 1], sc16));
+    }
+    const float dd = f16avx512(b + 208) * x[i].d;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dd), acc);
+    corr += dd * float(32 * off);
+  }
+  return _mm512_reduce_add_ps(acc) - corr;
+}
+
 }  // namespace
 
 void fill_avx512(IsaTable& t) {
@@ -71,6 +156,9 @@ void fill_avx512(IsaTable& t) {
   t.dot[T_Q4_1] = dot32_zmm<20, 0, true, false>;
   t.dot[T_Q5_0] = dot32_zmm<22, 16, false, true>;
   t.dot[T_Q5_1] = dot32_zmm<24, 0, true, true>;
+  t.dot[T_Q4_K] = dot_qk45_zmm<false>;
+  t.dot[T_Q5_K] = dot_qk45_zmm<true>;
+  t.dot[T_Q6_K] = dot_q6k_zmm;
 }
 }  // namespace ragk
 #endif
