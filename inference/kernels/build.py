@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from inference.cache_dir import cache_root
@@ -103,14 +104,15 @@ def build(verbose: bool = False) -> Path:
         return target
     cflags, ldflags = _torch_flags()
     kernels_dir().mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds()
     tmp = Path(tempfile.mkdtemp(prefix=f".build-{target.parent.name}-", dir=kernels_dir()))
     try:
         objects = []
         for src in SOURCES:
             obj = tmp / (Path(src).stem + ".o")
-            _run([cxx, *CFLAGS, *cflags, "-c", str(CSRC / src), "-o", str(obj)], verbose)
+            _run([cxx, *CFLAGS, *cflags, "-c", str(CSRC / src), "-o", str(obj)], verbose, src)
             objects.append(str(obj))
-        _run([cxx, "-shared", "-fopenmp", *objects, "-o", str(tmp / LIB_NAME), *ldflags], verbose)
+        _run([cxx, "-shared", "-fopenmp", *objects, "-o", str(tmp / LIB_NAME), *ldflags], verbose, "link")
         for obj in objects:
             Path(obj).unlink()
         tmp.chmod(0o755)  # mkdtemp makes it 0700
@@ -125,15 +127,25 @@ def build(verbose: bool = False) -> Path:
     return target
 
 
-def _run(cmd: list[str], verbose: bool) -> None:
+def _remove_stale_builds(max_age_s: float = 3600.0) -> None:
+    """Temp dirs left by killed builds (never loaded: only a finished build is renamed into place)."""
+    now = time.time()
+    for d in kernels_dir().glob(".build-*"):
+        try:
+            if now - d.stat().st_mtime > max_age_s:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _run(cmd: list[str], verbose: bool, what: str) -> None:
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if "error" in ln] or (
-            proc.stderr or proc.stdout or "no output"
-        ).splitlines()
-        raise BuildError(f"compile failed ({Path(cmd[-1]).name}): {lines[0].strip() if lines else '?'}")
+        text = (proc.stderr or proc.stdout or "no output").splitlines()
+        first = next((ln for ln in text if "error" in ln), text[0] if text else "no output")
+        raise BuildError(f"{what} failed: {first.strip()}")
 
 
 def main() -> int:

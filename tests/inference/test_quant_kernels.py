@@ -185,7 +185,7 @@ def test_threads_identical(qtype: int):
     """Catches races or thread-dependent chunking in the parallel-over-rows loop: 1 and 2 threads
     (a shape large enough to split) must give identical bits."""
     k = 512
-    w = torch.from_numpy(make_weights(qtype, 1501, k, seed=9))
+    w = torch.from_numpy(make_weights(qtype, 4101, k, seed=9))  # > 2 tasks of ~1M multiply-adds
     x = torch.randn(5, k)
     before = torch.get_num_threads()
     try:

@@ -84,8 +84,9 @@ at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtyp
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t rb = w.size(1);
   float* o = out.data_ptr<float>();
-  // Enough work per task that small shapes stay on the calling thread.
-  const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 17) / (k * std::min<int64_t>(m, kMTile)));
+  // ~1M multiply-adds (tens of microseconds) per task: smaller shapes stay on the calling thread,
+  // where waking a second OpenMP thread would cost more than it saves (much more on busy cores).
+  const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 20) / (k * std::min<int64_t>(m, kMTile)));
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
       const int64_t m1 = std::min(m, m0 + kMTile);
