@@ -25,10 +25,12 @@ from eval.cost import TOTAL, latency_summary
 from eval.metrics import (
     DEFAULT_METRICS,
     Qrels,
+    by_type,
     doc_ranking,
     is_judged,
     mean_metrics,
     metric_keys,
+    multi_gold,
     query_metrics,
 )
 from retrieval.types import Candidate, SearchResult
@@ -89,6 +91,7 @@ class EvalResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
     rankings: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     executed: int = 0  # queries actually searched in this call (the rest came from the cache)
+    metrics_by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # {type: {metric: value}}
 
     def to_dict(self) -> dict[str, Any]:
         """The published result shape (no per-query detail)."""
@@ -99,6 +102,7 @@ class EvalResult:
             "metrics": self.metrics,
             "latency_ms": self.latency_ms,
             "n_queries": self.n_queries,
+            **({"metrics_by_type": self.metrics_by_type} if self.metrics_by_type else {}),
         }
 
     def save_json(self, path: str | Path) -> Path:
@@ -138,6 +142,7 @@ def evaluate_retrieval(
     to_doc_id: Callable[[str], str] | None = None,
     warmup: bool = True,
     doc_score: str = "max",
+    types: Mapping[str, str] | None = None,
 ) -> EvalResult:
     """Search every judged query, score document rankings at each k, summarise latency.
 
@@ -146,8 +151,13 @@ def evaluate_retrieval(
     finishes, so an interrupted evaluation resumes where it stopped. Latency per stage comes from
     the search function's timings; `total` is the wall time of the call unless it reports one.
     With `warmup`, one untimed search runs first, so lazy model loading does not land in p95.
+    `types` ({qid: type}, from a QA file's `type`: multi-hop sets) adds `metrics_by_type` and,
+    when some query has several supporting documents, `all_gold@k`; other datasets keep exactly
+    the metric keys they always had.
     """
     ks = sorted(set(int(k) for k in ks))
+    if types and multi_gold(qrels) and "all_gold" not in metrics:
+        metrics = (*metrics, "all_gold")
     keys = metric_keys(ks, metrics)
     depth = max(ks)
     qids = [q for q in queries if is_judged(qrels.get(q))]
@@ -191,6 +201,7 @@ def evaluate_retrieval(
         per_query=per_query,
         rankings={q: rankings[q] for q in qids},
         executed=len(todo),
+        metrics_by_type=by_type(per_query, types, keys) if types else {},
     )
 
 
@@ -215,6 +226,6 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
 
 
 def _default_columns(metrics: Mapping[str, float]) -> list[str]:
-    preferred = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10"]
+    preferred = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10", "all_gold@10"]
     cols = [c for c in preferred if c in metrics]
     return cols or list(metrics)[:6]

@@ -31,12 +31,15 @@ def index_key(cfg: RagConfig) -> str:
     """Hash of what the index holds. `mode` decides which retrievers get built (a BM25-only index
     has no vectors), and the embedder and dense settings matter only when vectors are built, so a
     bm25 run and a dense run over one dataset get separate index directories."""
-    from retrieval.collection_index import retrievers_for
+    from retrieval.collection_index import graph_build_settings, retrievers_for
 
-    kinds = retrievers_for(cfg.retrieval.mode)
+    kinds = retrievers_for(cfg.retrieval.mode, cfg.retrieval.graph_built())
     r = cfg.retrieval.model_dump(mode="json")
+    # the graph key only when a graph is built (so the index dirs of graph-less configs keep their
+    # key), and only its build settings (PPR damping etc. are query time)
+    r["graph"] = graph_build_settings(cfg.retrieval.graph)
     dropped = _QUERY_TIME | ({"bm25"} if "bm25" not in kinds else set()) | (
-        {"embedder", "dense"} if "dense" not in kinds else set())
+        {"embedder", "dense"} if "dense" not in kinds else set()) | ({"graph"} if "graph" not in kinds else set())
     return config_hash({"retrievers": kinds, **{k: v for k, v in r.items() if k not in dropped}})
 
 

@@ -13,7 +13,7 @@ from .config_loader import ConfigError
 # Command groups in the order `rag --help` lists them; each module exposes register(subparsers).
 # A group is `rag/commands/<name>.py`, or a module another package plugs in through the PLUGINS
 # entry-point group (`eval` -> eval/cli.py, see pyproject.toml), so the library never imports it.
-COMMANDS = ("index", "docs", "chunk", "search", "reindex", "ask", "serve", "eval", "rerank", "embed", "config", "models", "doctor")
+COMMANDS = ("index", "docs", "chunk", "search", "reindex", "graph", "ask", "serve", "eval", "rerank", "embed", "config", "models", "doctor")
 
 PLUGINS = "ragstack.commands"
 

@@ -118,8 +118,16 @@ def _qa_judgements(path: Path) -> tuple[dict[str, str], dict[str, dict[str, int]
             continue
         qid = str(r["id"])
         queries[qid] = r["question"]
-        qrels[qid] = {str(r["gold_doc_id"]): 1}
+        gold = r.get("gold_doc_ids") or [r["gold_doc_id"]]  # multi-hop sets judge every supporting doc
+        qrels[qid] = {str(d): 1 for d in gold}
     return queries, qrels
+
+
+def _qa_types(path: Path) -> dict[str, str]:
+    """Question types of a QA file (HotpotQA: bridge / comparison), for per-type metrics."""
+    if not path.is_file():
+        return {}
+    return {str(r["id"]): str(r["type"]) for r in read_jsonl(path) if r.get("type")}
 
 
 @dataclass
@@ -132,6 +140,7 @@ class BeirDataset:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     fingerprint: str = ""
+    types: dict[str, str] = field(default_factory=dict)  # qid -> question type, when the QA file has one
 
     def positives(self, qid: str) -> list[str]:
         return [d for d, g in self.qrels.get(qid, {}).items() if g > 0 and d in self.corpus]
@@ -189,4 +198,5 @@ def load_beir(
         queries={q: queries[q] for q in qids},
         qrels={q: qrels[q] for q in qids},
         fingerprint=dataset_fingerprint(root, split),
+        types={q: t for q, t in _qa_types(qa_path).items() if q in set(qids)},
     )

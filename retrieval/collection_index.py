@@ -1,7 +1,8 @@
 """Per-collection indexes on disk, kept in line with the SQLite store.
 
 Layout: `<index_root>/<collection>/manifest.json` plus one generation directory `gen-N/` holding
-`bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy` and `hashes.npy`. A save writes
+`bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy`, `hashes.npy` and, with
+`retrieval.graph`, `graph/` (entity mentions per chunk, communities: retrieval/graph.py). A save writes
 a complete new generation, then atomically replaces the manifest (temp file + rename) to point at
 it, then deletes older generations: a crash at any point leaves the previous consistent index.
 
@@ -31,10 +32,11 @@ from indexing.types import Chunk, content_hash
 
 from .analyzer import Analyzer
 from .bm25 import BM25Index
-from .config import RetrievalConfig
+from .config import GraphConfig, RetrievalConfig
 from .dense import DenseIndex
 from .embeddings.base import Embedder
 from .filters import Filters, allowed_ids
+from .graph import GraphIndex
 from .text import indexed_text
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,20 @@ class IndexMismatchError(RuntimeError):
     """The index on disk does not match the configuration (or is incomplete)."""
 
 
-def retrievers_for(mode: str) -> list[str]:
-    return {"bm25": ["bm25"], "dense": ["dense"], "hybrid": ["bm25", "dense"]}[mode]
+def retrievers_for(mode: str, graph: bool = False) -> list[str]:
+    """Indexes a mode searches. `graph` (retrieval.graph.enabled) adds the entity graph to any
+    mode's fusion; mode graph ranks by the graph alone and keeps the hybrid's indexes for the
+    questions (or corpora) the graph cannot answer."""
+    base = {"bm25": ["bm25"], "dense": ["dense"], "hybrid": ["bm25", "dense"], "graph": ["bm25", "dense"]}[mode]
+    return [*base, "graph"] if graph or mode == "graph" else base
+
+# Graph settings that change what the graph holds (the others only change how it is searched).
+_GRAPH_BUILD = ("extractor", "max_words", "max_chunk_share", "communities", "resolution", "seed")
+
+
+def graph_build_settings(cfg: GraphConfig) -> dict[str, Any]:
+    """The part of `retrieval.graph` an index is built with (manifest, eval index keys)."""
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k in _GRAPH_BUILD}
 
 
 class CollectionIndex:
@@ -55,9 +69,10 @@ class CollectionIndex:
         self.dir = Path(root) / collection
         self.collection, self.cfg = collection, cfg
         self._embedder, self.analyzer = embedder, analyzer
-        self.retrievers = retrievers_for(cfg.mode)
+        self.retrievers = retrievers_for(cfg.mode, cfg.graph_built())
         self.bm25: BM25Index | None = None
         self.dense: DenseIndex | None = None
+        self.graph: GraphIndex | None = None
         self.hashes: dict[int, str] = {}
         self.manifest: dict[str, Any] = {}
         self._fields: tuple[int, list[Chunk]] | None = None
@@ -75,6 +90,8 @@ class CollectionIndex:
             emb = self._embedder()
             exp["embedding_model"], exp["dim"] = emb.name, emb.dim
             exp["dense_index"] = self.cfg.dense.index
+        if "graph" in self.retrievers:
+            exp["graph"] = graph_build_settings(self.cfg.graph)
         return exp
 
     def _check(self, manifest: dict[str, Any]) -> None:
@@ -87,7 +104,8 @@ class CollectionIndex:
                     f"but the configuration asks for {want!r}; {hint}")
         gen = self.dir / manifest["generation_dir"]
         needed = ["ids.npy", "hashes.npy"] + (["bm25/bm25.json"] if "bm25" in self.retrievers else []) + (
-            ["dense.faiss"] if "dense" in self.retrievers else [])
+            ["dense.faiss"] if "dense" in self.retrievers else []) + (
+            ["graph/graph.json"] if "graph" in self.retrievers else [])
         missing = [n for n in needed if not (gen / n).exists()]
         if missing:
             raise IndexMismatchError(f"index of collection {self.collection!r} is missing {missing} in {gen}; {hint}")
@@ -104,6 +122,8 @@ class CollectionIndex:
         hashes = np.load(gen / "hashes.npy")
         self.hashes = {int(i): h.decode() for i, h in zip(ids, hashes, strict=False)}
         self.bm25 = BM25Index.load(gen / "bm25") if "bm25" in self.retrievers else None
+        self.graph = GraphIndex.load(gen / "graph").with_query_settings(self.cfg.graph) \
+            if "graph" in self.retrievers else None
         if "dense" in self.retrievers:
             self.dense = DenseIndex.load(gen / "dense.faiss", manifest["dim"], self.cfg.dense,
                                          self.cfg.embedder.fp16_storage)
@@ -129,6 +149,8 @@ class CollectionIndex:
             self.bm25.save(tmp / "bm25")
         if self.dense is not None:
             self.dense.save(tmp / "dense.faiss")
+        if self.graph is not None:
+            self.graph.save(tmp / "graph")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         manifest = {**self.expected(), "generation": gen_no, "generation_dir": final.name,
@@ -148,6 +170,7 @@ class CollectionIndex:
         if "dense" in self.retrievers:
             emb = self._embedder()
             self.dense = DenseIndex(emb.dim, self.cfg.dense, self.cfg.embedder.fp16_storage)
+        self.graph = GraphIndex(self.cfg.graph) if "graph" in self.retrievers else None
         self.hashes, self.manifest = {}, {}
 
     def copy(self) -> CollectionIndex:
@@ -155,6 +178,7 @@ class CollectionIndex:
         the retriever swaps the synced copy in only when it is complete and saved)."""
         new = CollectionIndex(self.dir.parent, self.collection, self.cfg, self._embedder, self.analyzer)
         new.bm25 = copy.deepcopy(self.bm25)
+        new.graph = copy.deepcopy(self.graph)
         if self.dense is not None:
             new.dense = copy.copy(self.dense)
             new.dense.index, new.dense._gpu = faiss.clone_index(self.dense.index), None
@@ -180,12 +204,15 @@ class CollectionIndex:
             return {"added": 0, "removed": 0, "kept": len(self.hashes), "store_version": version}
         current: dict[int, str] = {}
         todo: list[tuple[int, str]] = []
+        titles: dict[int, tuple[str, str]] = {}  # the graph's inputs: raw text and title
         for ch in self.iter_indexed(store):
             text = indexed_text(ch, self.cfg.include_title)
             h = content_hash(text)
             current[ch.int_id] = h
             if self.hashes.get(ch.int_id) != h:
                 todo.append((ch.int_id, text))
+                if self.graph is not None:
+                    titles[ch.int_id] = (ch.text, ch.title)
         stale = [i for i, h in self.hashes.items() if current.get(i) != h]
         if stale:
             arr = np.asarray(stale, dtype=np.int64)
@@ -193,6 +220,8 @@ class CollectionIndex:
                 self.bm25.delete(stale)
             if self.dense is not None:
                 self.dense.remove(arr)
+            if self.graph is not None:
+                self.graph.delete(stale)
             for i in stale:
                 del self.hashes[i]
         for s in range(0, len(todo), batch):
@@ -203,10 +232,21 @@ class CollectionIndex:
                 self.bm25.add(ids.tolist(), [self.analyzer(t) for t in texts])
             if self.dense is not None:
                 self.dense.add(ids, self._embedder().encode_documents(texts))
+            if self.graph is not None:
+                self.graph.add((i, *titles[i]) for i, _ in part)
             for i, _ in part:
                 self.hashes[i] = current[i]
             if on_progress is not None:
                 on_progress(min(s + batch, len(todo)), len(todo))
+        if self.graph is not None:
+            t0 = time.perf_counter()
+            self.graph.finish()
+            if not self.graph.chunks_of and self.hashes:
+                log.warning("collection %r: no entities found in %d chunks, the graph is empty; graph search "
+                            "returns the other retrievers' results", self.collection, len(self.hashes))
+            log.info("graph of %s: %s (communities %.2fs)", self.collection,
+                     {k: v for k, v in self.graph.stats().items() if k != "largest_communities"},
+                     time.perf_counter() - t0)
         self.save(version)
         self._fields, self._allowed_cache, self._mask_cache = None, {}, {}
         log.info("synced %s: +%d -%d (%d chunks)", self.collection, len(todo), len(stale), len(self.hashes))

@@ -153,8 +153,34 @@ class RouterConfig(_Strict):
     default: list[str] = Field(default_factory=list)
 
 
+class GraphConfig(_Strict):
+    """Entity co-occurrence graph built beside BM25/FAISS from the same chunks (retrieval/graph.py).
+
+    `enabled` fuses the graph's ranking into every mode's weighted RRF (`fusion.weights.graph`);
+    `mode: graph` ranks by the graph alone and builds it even when `enabled` is false."""
+
+    enabled: bool = False
+    # cooccurrence: capitalised names, quoted titles, document titles, CJK names (no model, ~free);
+    # llm / both: triples extracted by the engine (accepted here, refused at build: not implemented yet)
+    extractor: Literal["cooccurrence", "llm", "both"] = "cooccurrence"
+    # entities in more than this share of chunks ("American", "United States") are hubs that
+    # link everything to everything; they keep their mentions but get no edges and seed nothing
+    max_chunk_share: float = Field(0.05, gt=0.0, le=1.0)
+    max_words: int = Field(6, ge=1, description="longest entity in words (CJK: characters / 2)")
+    # personalised PageRank: restart probability back to the question's entities (HippoRAG: 0.5)
+    damping: float = Field(0.5, gt=0.0, lt=1.0)
+    iterations: int = Field(30, ge=1)
+    tolerance: float = Field(1e-7, gt=0.0)
+    # a chunk's score: sum of its entities' PPR mass; "specificity" divides each by the number of
+    # chunks mentioning the entity (a rare entity tells more about the chunk than a common one)
+    chunk_score: Literal["sum", "specificity"] = "specificity"
+    communities: bool = Field(True, description="Louvain communities per connected component (networkx)")
+    resolution: float = Field(1.0, gt=0.0)
+    seed: int = 0
+
+
 class RetrievalConfig(_Strict):
-    mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+    mode: Literal["bm25", "dense", "hybrid", "graph"] = "hybrid"
     k: int = Field(10, ge=1)
     include_title: bool = True
     granularity: str | None = None
@@ -163,6 +189,7 @@ class RetrievalConfig(_Strict):
     bm25: BM25Config = Field(default_factory=BM25Config)
     fusion: FusionConfig = Field(default_factory=FusionConfig)
     small_to_big: SmallToBigConfig = Field(default_factory=SmallToBigConfig)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
     collections: list[CollectionConfig] = Field(default_factory=list)
     router: RouterConfig = Field(default_factory=RouterConfig)
     default_collection: str = "default"
@@ -174,6 +201,10 @@ class RetrievalConfig(_Strict):
         if len(names) != len(set(names)):
             raise ValueError(f"duplicate collection names: {names}")
         return self
+
+    def graph_built(self) -> bool:
+        """Whether the indexes hold an entity graph (fused by `graph.enabled`, alone in mode graph)."""
+        return self.graph.enabled or self.mode == "graph"
 
     def index_granularity(self) -> str | None:
         """The granularity whose chunks go into the indexes (None: all chunks except small-to-big

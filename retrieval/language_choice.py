@@ -90,6 +90,7 @@ def choose(cfg: RetrievalConfig, counts: dict[str, int], collection: str = "defa
     if not multilingual_available(emb.multilingual_model):
         if cfg.mode != "bm25":
             out.mode = "bm25"
+            out.graph.enabled = cfg.graph_built()  # mode graph keeps its graph, BM25 as the fallback
             if collection not in _warned:
                 _warned.add(collection)
                 log.warning("collection %r is %.0f%% CJK but the multilingual embedder %r is not installed "

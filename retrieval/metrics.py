@@ -9,6 +9,9 @@ Conventions (the same as trec_eval's defaults):
 - nDCG uses linear gain (gain = judgement) and a log2(rank + 1) discount; the ideal ranking is
   built from every judged document of the query, cut at k;
 - Recall@k and MAP@k divide by the number of relevant documents of the query (not min(k, R));
+- `all_gold@k` (not in trec_eval) is 1 when every relevant document of the query is in the top k:
+  a multi-hop question (HotpotQA: two supporting paragraphs) is answerable only then, which
+  Recall@k's average over the two hides;
 - queries with no relevant document are not evaluated (BEIR drops them too); a query with
   relevant documents but no ranking scores 0;
 - a run given as {docid: score} is ranked by score descending, ties broken by docid descending
@@ -24,7 +27,7 @@ Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
 
 REL_THRESHOLD = 1
-METRIC_NAMES = ("ndcg", "recall", "mrr", "map", "hit", "precision")
+METRIC_NAMES = ("ndcg", "recall", "mrr", "map", "hit", "precision", "all_gold")
 DEFAULT_METRICS = ("ndcg", "recall", "mrr", "map", "hit")
 
 
@@ -106,6 +109,28 @@ def hit_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
     return 1.0 if any(d in relevant for d in ranked[:k]) else 0.0
 
 
+def all_gold_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
+    relevant = _relevant(rels)
+    return 1.0 if relevant and relevant.issubset(ranked[:k]) else 0.0
+
+
+def multi_gold(qrels: Qrels) -> bool:
+    """Some query has more than one relevant document: `all_gold@k` then differs from `hit@k`
+    and is reported (`eval.retrieval_eval`)."""
+    return any(len(_relevant(r)) > 1 for r in qrels.values())
+
+
+def by_type(per_query: Mapping[str, Mapping[str, float]], types: Mapping[str, str],
+            keys: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Mean metrics per question type ({type: {metric: value}}), types as given by the QA file
+    (HotpotQA: bridge / comparison); queries without a type are left out."""
+    groups: dict[str, dict[str, Mapping[str, float]]] = {}
+    for qid, m in per_query.items():
+        if qid in types:
+            groups.setdefault(types[qid], {})[qid] = m
+    return {t: {**mean_metrics(g, keys), "n": float(len(g))} for t, g in sorted(groups.items())}
+
+
 _FUNCS = {
     "ndcg": ndcg_at_k,
     "recall": recall_at_k,
@@ -113,6 +138,7 @@ _FUNCS = {
     "mrr": mrr_at_k,
     "map": map_at_k,
     "hit": hit_at_k,
+    "all_gold": all_gold_at_k,
 }
 
 

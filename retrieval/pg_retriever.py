@@ -29,6 +29,9 @@ class PgRetriever(Retriever):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
+        if self.cfg.graph_built():
+            raise ValueError("retrieval.graph (and mode: graph) is not supported on storage.backend: postgres yet; "
+                             "disable retrieval.graph.enabled or use the sqlite backend")
         self._pg: dict[str, PgIndex] = {}
         self._pg_lock = threading.RLock()
 

@@ -249,6 +249,14 @@ class Retriever:
         rankings: dict[str, list[tuple[int, float]]] = {}
         for qi, text in enumerate(texts):
             suffix = "" if qi == 0 else f"@{qi}"
+            if "graph" in wanted:
+                t = time.perf_counter()
+                hits = ci.graph.search(text, depth["graph"], allowed)
+                timings["graph"] = timings.get("graph", 0.0) + _ms(t)
+                if hits:
+                    rankings["graph" + suffix] = hits
+                    if mode == "graph":
+                        continue  # the graph alone answers
             if "bm25" in wanted:
                 t = time.perf_counter()
                 ids, scores = ci.bm25.search(self.analyzer(text), depth["bm25"], mask)
@@ -259,16 +267,18 @@ class Retriever:
                 ids, scores = ci.dense.search(qvecs[qi : qi + 1], depth["dense"], allowed)[0]
                 rankings["dense" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
-        return self._candidates(name, rankings, ci.cfg.fusion, fuse, k, k_hits, timings)
+        return self._candidates(name, rankings, ci.cfg.fusion, fuse and len(rankings) > 1, k, k_hits, timings)
 
     def _plan(self, name: str, indexed: Sequence[str], texts: list[str], qvecs: np.ndarray | None, k: int,
               mode: str) -> tuple[list[str], np.ndarray | None, int, bool, dict[str, int]]:
         """Retrievers to run on a collection (indexed: what its index holds), the query vectors of
         the collection's own embedder, hits to fetch, whether to fuse and the depth per retriever:
         the steps every storage backend shares before it computes its rankings."""
-        if "dense" in retrievers_for(mode) and "dense" not in indexed and self.cfg.embedder.model == "auto":
-            mode = "bm25"  # CJK collection without a multilingual embedder (language_choice warned once)
-        wanted = retrievers_for(mode)
+        wanted = retrievers_for(mode, self.cfg.graph.enabled and "graph" in indexed)
+        if "dense" in wanted and "dense" not in indexed and self.cfg.embedder.model == "auto":
+            # CJK collection without a multilingual embedder (language_choice warned once)
+            wanted = [r for r in wanted if r != "dense"]
+            wanted = wanted if "bm25" in wanted else ["bm25", *wanted]
         if "dense" in wanted and self.embedder_for(name) is not self.embedder():
             qvecs = self.embedder_for(name).encode_queries(texts)
         missing = [r for r in wanted if r not in indexed]
@@ -278,6 +288,7 @@ class Retriever:
         s2b = self.cfg.small_to_big
         k_hits = k * 3 if s2b.enabled and s2b.expand_to_parent else k
         fuse = len(wanted) * len(texts) > 1
+        # mode graph falls back to the hybrid's lists, which are fused, so they fetch fusion depth
         depth = {r: max(k_hits, self.cfg.fusion.depth.get(r, 100)) if fuse else k_hits for r in wanted}
         return wanted, qvecs, k_hits, fuse, depth
 

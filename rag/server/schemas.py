@@ -40,7 +40,7 @@ class SearchRequest(BaseModel):
     filters: Filters = None
     collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
     top_k: int | None = Field(None, ge=1, le=1000)
-    mode: Literal["bm25", "dense", "hybrid"] | None = None
+    mode: Literal["bm25", "dense", "hybrid", "graph"] | None = None
 
 
 class DocumentIn(BaseModel):
