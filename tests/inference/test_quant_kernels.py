@@ -239,6 +239,7 @@ def test_isa_selection():
     is always there, unknown/unsupported names raise with the supported list, and
     RAG_KERNEL_ISA=scalar forces the scalar path at load."""
     sup = ops.supported_isas()
+    ops.set_isa(None)
     assert sup[0] == "scalar" and ops.isa() == sup[-1]
     assert set(sup) <= set(ops.ISA_NAMES) and "amx" not in sup  # AMX is not implemented
     with pytest.raises(ValueError, match="supported"):
