@@ -125,13 +125,13 @@ def test_formats_match_gguf():
 def test_quant_matmul_all_isas(qtype: int):
     """Catches wrong unpacking (nibble order, 5th/6th-bit planes, K-scale packing, offsets and
     minimums) in any path: scalar exactly vs a reference that quantises x the same way, loosely
-    vs unquantised x, and every SIMD path vs scalar, over odd N and M in {1, 3, 17}."""
+    vs unquantised x, and every SIMD path vs scalar, over odd N and M in {1, 3, 6, 17}."""
     n = 37
     for k in k_values(qtype):
         w = make_weights(qtype, n, k)
         wdq = ref_dequant(w, qtype).astype(np.float64)
         wt = torch.from_numpy(w)
-        for m in (1, 3, 17):
+        for m in (1, 3, 6, 17):  # 6 = a 4-row and a 2-row multi-row kernel call
             x = np.random.default_rng(m * 7 + k).standard_normal((m, k)).astype(np.float32)
             exact = quantise_x_like_kernel(x, qtype) @ wdq.T
             plain = x.astype(np.float64) @ wdq.T

@@ -148,6 +148,175 @@ TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
   return _mm512_reduce_add_ps(acc) - corr;
 }
 
+// ---- several activation rows per weight row (prefill / batched decode), zmm versions ----
+template <int BB, int QOFF, bool MIN, bool FIVE, int MR>
+TGT void dotm32_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t xs, float* out, int64_t os) {
+  const int64_t nb = n / QK;
+  constexpr int QS = (MIN ? 4 : 2) + (FIVE ? 4 : 0);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+  __m512 acc[MR];
+  float corr[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    corr[r] = 0.0f;
+  }
+  int64_t i = 0;
+  for (; i + 2 <= nb; i += 2) {
+    const uint8_t* b0 = w + BB * i;
+    const uint8_t* b1 = b0 + BB;
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + QS))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + QS)), 1);
+    __m512i q = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(t));
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, __mmask32(0xFF00FF00u), q, 4), m4);
+    if (FIVE) {
+      uint32_t h0, h1;
+      std::memcpy(&h0, b0 + (MIN ? 4 : 2), 4);
+      std::memcpy(&h1, b1 + (MIN ? 4 : 2), 4);
+      q = _mm512_mask_add_epi8(q, __mmask64(h0 | (uint64_t(h1) << 32)), q, b4);
+    }
+    const float d0 = f16avx512(b0), d1 = f16avx512(b1);
+    const float c0 = MIN ? f16avx512(b0 + 2) : d0, c1 = MIN ? f16avx512(b1 + 2) : d1;
+    for (int r = 0; r < MR; ++r) {
+      const XBlock32* x = reinterpret_cast<const XBlock32*>(xv + r * xs) + i;
+      const __m512i xx = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[0].qs))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[1].qs)), 1);
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xx);
+      const __m512 sc =
+          _mm512_mask_blend_ps(__mmask16(0xFF00), _mm512_set1_ps(d0 * x[0].d), _mm512_set1_ps(d1 * x[1].d));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc, acc[r]);
+      corr[r] += c0 * x[0].ds + c1 * x[1].ds;
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float tail = 0.0f;
+    if (i < nb) {
+      __m256 a = _mm256_setzero_ps();
+      block32avx512<BB, QOFF, MIN, FIVE>(w + BB * i, reinterpret_cast<const XBlock32*>(xv + r * xs)[i], a, corr[r]);
+      tail = hsum_psavx512(a);
+    }
+    out[r * os] = _mm512_reduce_add_ps(acc[r]) + tail + (MIN ? 1.0f : -float(QOFF)) * corr[r];
+  }
+}
+
+template <bool FIVE, int MR>
+TGT void dotm_qk45_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t xs, float* out, int64_t os) {
+  constexpr int BB = FIVE ? 176 : 144;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i b4 = _mm512_set1_epi8(0x10);
+  __m512i idx[4], sel[4];
+  for (int j = 0; j < 4; ++j) {
+    idx[j] = lane_words(2 * j, 2 * j, 2 * j + 1, 2 * j + 1);
+    sel[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(char(1 << (2 * j)))),
+                                _mm256_set1_epi8(char(1 << (2 * j + 1))), 1);
+  }
+  __m512 acc[MR];
+  float corr[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    corr[r] = 0.0f;
+  }
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + BB * i;
+    __m128i mn16;
+    const __m512i sc16 = _mm512_castsi256_si512(k_scalesavx512(b + 4, mn16));
+    const uint8_t* qs = b + (FIVE ? 48 : 16);
+    __m512i hz = _mm512_setzero_si512();
+    if (FIVE) hz = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)));
+    __m512i sumi[MR];
+    for (int r = 0; r < MR; ++r) sumi[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * j)));
+      q = _mm512_and_si512(_mm512_mask_srli_epi16(q, __mmask32(0xFFFF0000u), q, 4), m4);
+      if (FIVE) q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hz, sel[j]), q, b4);
+      const __m512i scv = _mm512_permutexvar_epi16(idx[j], sc16);
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = reinterpret_cast<const XBlock256*>(xv + r * xs)[i].qs;
+        sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(q, _mm512_loadu_si512(xq + 64 * j)), scv);
+      }
+    }
+    const float dw = f16avx512(b), dmin = f16avx512(b + 2);
+    for (int r = 0; r < MR; ++r) {
+      const XBlock256& xb = reinterpret_cast<const XBlock256*>(xv + r * xs)[i];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dw * xb.d), acc[r]);
+      corr[r] += dmin * xb.d * float(k_minsavx512(mn16, xb.bsums));
+    }
+  }
+  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - corr[r];
+}
+
+template <int MR>
+TGT void dotm_q6k_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t xs, float* out, int64_t os) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i cnt_a = lane_words(4, 4, 2, 2);
+  const __m512i cnt_b = lane_words(0, 0, 2, 2);
+  const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
+                          lane_words(12, 13, 14, 15)};
+  __m512 acc[MR];
+  float corr[MR];
+  for (int r = 0; r < MR; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    corr[r] = 0.0f;
+  }
+  for (int64_t i = 0; i < n / QKK; ++i) {
+    const uint8_t* b = w + 210 * i;
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    const __m128i sc_lo = _mm_cvtepi8_epi16(s8), sc_hi = _mm_cvtepi8_epi16(_mm_srli_si128(s8, 8));
+    const __m512i sc16 = _mm512_castsi256_si512(_mm256_set_m128i(sc_hi, sc_lo));
+    __m512i sumi[MR];
+    for (int r = 0; r < MR; ++r) sumi[r] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = _mm512_loadu_si512(b + 64 * h);
+      const __m512i hh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+      const __m512i a = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_sllv_epi16(hh, cnt_a), m30));
+      const __m512i c = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                        _mm512_and_si512(_mm512_srlv_epi16(hh, cnt_b), m30));
+      const __m512i sa = _mm512_permutexvar_epi16(idx[2 * h], sc16);
+      const __m512i scc = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16);
+      for (int r = 0; r < MR; ++r) {
+        const int8_t* xq = reinterpret_cast<const XBlock256*>(xv + r * xs)[i].qs;
+        sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(a, _mm512_loadu_si512(xq + 128 * h)), sa);
+        sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(c, _mm512_loadu_si512(xq + 128 * h + 64)), scc);
+      }
+    }
+    const float dw = f16avx512(b + 208);
+    for (int r = 0; r < MR; ++r) {
+      const XBlock256& xb = reinterpret_cast<const XBlock256*>(xv + r * xs)[i];
+      const __m128i o = _mm_add_epi32(
+          _mm_madd_epi16(sc_lo, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums))),
+          _mm_madd_epi16(sc_hi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8))));
+      const float dd = dw * xb.d;
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dd), acc[r]);
+      corr[r] += dd * float(32 * hsum4iavx512(o));
+    }
+  }
+  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - corr[r];
+}
+
+#define RAGK_DOTM_ZMM(fname, tmpl, ...)                                                                  \
+  TGT void fname(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs, int mr, float* out, int64_t os) { \
+    switch (mr) {                                                                                        \
+      case 2: tmpl<__VA_ARGS__ 2>(n, w, x, xs, out, os); break;                                          \
+      case 3: tmpl<__VA_ARGS__ 3>(n, w, x, xs, out, os); break;                                          \
+      default: tmpl<__VA_ARGS__ 4>(n, w, x, xs, out, os); break;                                         \
+    }                                                                                                    \
+  }
+
+RAGK_DOTM_ZMM(dotm_q4_0_zmm, dotm32_zmm_t, 18, 8, false, false, )
+RAGK_DOTM_ZMM(dotm_q4_1_zmm, dotm32_zmm_t, 20, 0, true, false, )
+RAGK_DOTM_ZMM(dotm_q5_0_zmm, dotm32_zmm_t, 22, 16, false, true, )
+RAGK_DOTM_ZMM(dotm_q5_1_zmm, dotm32_zmm_t, 24, 0, true, true, )
+RAGK_DOTM_ZMM(dotm_q4_k_zmm, dotm_qk45_zmm_t, false, )
+RAGK_DOTM_ZMM(dotm_q5_k_zmm, dotm_qk45_zmm_t, true, )
+RAGK_DOTM_ZMM(dotm_q6_k_zmm, dotm_q6k_zmm_t, )
+#undef RAGK_DOTM_ZMM
+
 }  // namespace
 
 void fill_avx512(IsaTable& t) {
@@ -159,6 +328,13 @@ void fill_avx512(IsaTable& t) {
   t.dot[T_Q4_K] = dot_qk45_zmm<false>;
   t.dot[T_Q5_K] = dot_qk45_zmm<true>;
   t.dot[T_Q6_K] = dot_q6k_zmm;
+  t.dotm[T_Q4_0] = dotm_q4_0_zmm;
+  t.dotm[T_Q4_1] = dotm_q4_1_zmm;
+  t.dotm[T_Q5_0] = dotm_q5_0_zmm;
+  t.dotm[T_Q5_1] = dotm_q5_1_zmm;
+  t.dotm[T_Q4_K] = dotm_q4_k_zmm;
+  t.dotm[T_Q5_K] = dotm_q5_k_zmm;
+  t.dotm[T_Q6_K] = dotm_q6_k_zmm;
 }
 }  // namespace ragk
 #endif
