@@ -85,7 +85,7 @@ TGT float dot_qk45_zmm(int64_t n, const uint8_t* w, const void* xv) {
                                 _mm256_set1_epi8(char(1 << (2 * j + 1))), 1);
   }
   __m512 acc = _mm512_setzero_ps();
-  float corr = 0.0f;
+  __m128 corr = _mm_setzero_ps();
   for (int64_t i = 0; i < n / QKK; ++i) {
     const uint8_t* b = w + BB * i;
     __m128i mn16;
@@ -105,9 +105,9 @@ TGT float dot_qk45_zmm(int64_t n, const uint8_t* w, const void* xv) {
     }
     const float dx = x[i].d;
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(f16avx512(b) * dx), acc);
-    corr += f16avx512(b + 2) * dx * float(k_minsavx512(mn16, x[i].bsums));
+    corr = _mm_fmadd_ps(k_mins_psavx512(mn16, x[i].bsums), _mm_set1_ps(f16avx512(b + 2) * dx), corr);
   }
-  return _mm512_reduce_add_ps(acc) - corr;
+  return _mm512_reduce_add_ps(acc) - hsum4_psavx512(corr);
 }
 
 // Q6_K with 64 elements per zmm: the 6th/5th bit pairs come from one broadcast of qh shifted by
@@ -121,12 +121,12 @@ TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
   const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                           lane_words(12, 13, 14, 15)};
   __m512 acc = _mm512_setzero_ps();
-  float corr = 0.0f;
+  __m128 corr = _mm_setzero_ps();
   for (int64_t i = 0; i < n / QKK; ++i) {
     const uint8_t* b = w + 210 * i;
     const int8_t* xq = x[i].qs;
-    __m128i sc_lo, sc_hi;
-    const int off = q6_offsetavx512(reinterpret_cast<const int8_t*>(b + 192), x[i].bsums, sc_lo, sc_hi);
+    const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    const __m128i sc_lo = _mm_cvtepi8_epi16(s8), sc_hi = _mm_cvtepi8_epi16(_mm_srli_si128(s8, 8));
     const __m512i sc16 = _mm512_castsi256_si512(_mm256_set_m128i(sc_hi, sc_lo));
     __m512i sumi = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -143,9 +143,9 @@ TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
     }
     const float dd = f16avx512(b + 208) * x[i].d;
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(dd), acc);
-    corr += dd * float(32 * off);
+    corr = _mm_fmadd_ps(q6_offset_psavx512(sc_lo, sc_hi, x[i].bsums), _mm_set1_ps(32.0f * dd), corr);
   }
-  return _mm512_reduce_add_ps(acc) - corr;
+  return _mm512_reduce_add_ps(acc) - hsum4_psavx512(corr);
 }
 
 // ---- several activation rows per weight row (prefill / batched decode), zmm versions ----
@@ -214,10 +214,10 @@ TGT void dotm_qk45_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t 
                                 _mm256_set1_epi8(char(1 << (2 * j + 1))), 1);
   }
   __m512 acc[MR];
-  float corr[MR];
+  __m128 corr[MR];
   for (int r = 0; r < MR; ++r) {
     acc[r] = _mm512_setzero_ps();
-    corr[r] = 0.0f;
+    corr[r] = _mm_setzero_ps();
   }
   for (int64_t i = 0; i < n / QKK; ++i) {
     const uint8_t* b = w + BB * i;
@@ -243,10 +243,10 @@ TGT void dotm_qk45_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t 
     for (int r = 0; r < MR; ++r) {
       const XBlock256& xb = reinterpret_cast<const XBlock256*>(xv + r * xs)[i];
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dw * xb.d), acc[r]);
-      corr[r] += dmin * xb.d * float(k_minsavx512(mn16, xb.bsums));
+      corr[r] = _mm_fmadd_ps(k_mins_psavx512(mn16, xb.bsums), _mm_set1_ps(dmin * xb.d), corr[r]);
     }
   }
-  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - corr[r];
+  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - hsum4_psavx512(corr[r]);
 }
 
 template <int MR>
@@ -258,10 +258,10 @@ TGT void dotm_q6k_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t x
   const __m512i idx[4] = {lane_words(0, 1, 2, 3), lane_words(4, 5, 6, 7), lane_words(8, 9, 10, 11),
                           lane_words(12, 13, 14, 15)};
   __m512 acc[MR];
-  float corr[MR];
+  __m128 corr[MR];
   for (int r = 0; r < MR; ++r) {
     acc[r] = _mm512_setzero_ps();
-    corr[r] = 0.0f;
+    corr[r] = _mm_setzero_ps();
   }
   for (int64_t i = 0; i < n / QKK; ++i) {
     const uint8_t* b = w + 210 * i;
@@ -288,15 +288,12 @@ TGT void dotm_q6k_zmm_t(int64_t n, const uint8_t* w, const uint8_t* xv, size_t x
     const float dw = f16avx512(b + 208);
     for (int r = 0; r < MR; ++r) {
       const XBlock256& xb = reinterpret_cast<const XBlock256*>(xv + r * xs)[i];
-      const __m128i o = _mm_add_epi32(
-          _mm_madd_epi16(sc_lo, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums))),
-          _mm_madd_epi16(sc_hi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsums + 8))));
       const float dd = dw * xb.d;
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dd), acc[r]);
-      corr[r] += dd * float(32 * hsum4iavx512(o));
+      corr[r] = _mm_fmadd_ps(q6_offset_psavx512(sc_lo, sc_hi, xb.bsums), _mm_set1_ps(32.0f * dd), corr[r]);
     }
   }
-  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - corr[r];
+  for (int r = 0; r < MR; ++r) out[r * os] = _mm512_reduce_add_ps(acc[r]) - hsum4_psavx512(corr[r]);
 }
 
 #define RAGK_DOTM_ZMM(fname, tmpl, ...)                                                                  \
