@@ -35,6 +35,7 @@ from .bm25 import BM25Index
 from .config import GraphConfig, RetrievalConfig
 from .dense import DenseIndex
 from .embeddings.base import Embedder
+from .entities import EXTRACTOR_VERSION
 from .filters import Filters, allowed_ids
 from .graph import GraphIndex
 from .text import indexed_text
@@ -60,7 +61,8 @@ _GRAPH_BUILD = ("extractor", "max_words", "max_chunk_share", "communities", "res
 
 def graph_build_settings(cfg: GraphConfig) -> dict[str, Any]:
     """The part of `retrieval.graph` an index is built with (manifest, eval index keys)."""
-    return {k: v for k, v in cfg.model_dump(mode="json").items() if k in _GRAPH_BUILD}
+    return {**{k: v for k, v in cfg.model_dump(mode="json").items() if k in _GRAPH_BUILD},
+            "extractor_version": EXTRACTOR_VERSION}
 
 
 class CollectionIndex:

@@ -27,6 +27,10 @@ from functools import lru_cache
 
 from .analyzer import ENGLISH_STOPWORDS, simplified_table
 
+# Bump when extraction changes what it returns: it is part of the index manifest (and of the eval
+# index keys), so a graph built by an older extractor is rebuilt instead of silently mixed.
+EXTRACTOR_VERSION = 1
+
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # words (letters/digits, inner apostrophes, dots, hyphens, ampersands), CJK runs, and the
 # punctuation that ends a name (kept as tokens so a run never crosses them)
@@ -121,7 +125,7 @@ def extract(text: str, title: str = "", max_words: int = 6) -> dict[str, str]:
         first = word[0]
         if first.isupper() and not (sentence_start and word.lower() in _STARTERS) or run and word.lower() in _CONNECT:
             run.append(word)
-        elif run and word[0].isdigit() and not run[-1][0].isdigit() and run[-1].lower() not in _MONTHS:
+        elif run and word.isdigit() and len(word) <= 4 and not run[-1][0].isdigit() and run[-1].lower() not in _MONTHS:
             run.append(word)  # "Apollo 11", "Windows 95"
         else:
             flush()
