@@ -51,7 +51,7 @@ def _load() -> bool:
                 _state["path"] = str(path)
             except BuildError as exc:
                 _state["error"] = str(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure means "not available", with the reason
+        except Exception as exc:  # any failure (no torch headers, bad .so) means "not available"
             _state["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         _state["tried"] = True
         if _state["error"] is None:
@@ -134,6 +134,9 @@ def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.
     """x [..., K] (float32 or bf16) @ dequant(w [N, row_bytes]).T -> float32 [..., N].
 
     M == 1 is a GEMV; larger M quantises x once and reuses each weight row across all rows of x.
+    Measured on a 2-core Zen 5: GEMVs 3-8x faster than fp32 F.linear on the dequantised weight
+    and M=8 2-5x, but at M=64 about 1-1.8x fp32 only, where a bf16 F.linear (AVX512-BF16) is
+    ~3x faster still: large prefills may prefer a bf16 copy on such CPUs.
     """
     out = _op("quant_matmul")(_as_2d(x), w, qtype, k)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
