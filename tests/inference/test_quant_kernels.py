@@ -200,13 +200,15 @@ def test_threads_identical(qtype: int):
 
 
 def test_bf16_and_nd_activations():
-    """Catches the wrapper mishandling bf16 or [..., K] activations (the engine passes both)."""
+    """Catches mishandled bf16, [..., K] or strided activations (the engine passes all three)."""
     k = 64
     w = torch.from_numpy(make_weights(F.Q8_0, 9, k))
     x = torch.randn(2, 3, k).bfloat16()
     out = ops.quant_matmul(x, w, gguf.GGMLQuantizationType.Q8_0, k)  # the loader's enum is an int
     assert out.shape == (2, 3, 9) and out.dtype == torch.float32
     assert torch.equal(out, ops.quant_matmul(x.float().reshape(6, k), w, F.Q8_0, k).reshape(2, 3, 9))
+    xt = torch.randn(k, 4).t()  # non-contiguous rows
+    assert torch.equal(ops.quant_matmul(xt, w, F.Q8_0, k), ops.quant_matmul(xt.contiguous(), w, F.Q8_0, k))
 
 
 def test_bad_calls_raise_clear_errors():
