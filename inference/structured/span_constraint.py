@@ -16,6 +16,10 @@ start a span. The refusal is a separate entry that can only be entered at its st
 token against the best span token at step 0 is the model's no-answer signal (`margin`), and with
 `refuse_margin` set that comparison, not the argmax, picks the path. EOS is allowed once the span
 is non-empty and ends on a character boundary (or the refusal is complete).
+
+The processor only applies a margin it is given; choosing it is the caller's decision (in the RAG
+pipeline the short-answer policy's `decoder_margin`: inf when a calibrated refusal model decides
+after decoding, else the configured or calibrated `refuse_margin`).
 """
 
 from __future__ import annotations

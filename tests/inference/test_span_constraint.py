@@ -116,7 +116,10 @@ def test_random_walks_stay_verbatim_and_cite_their_passage(tok):
 
 
 def test_refusal_path_and_margin(tok):
-    """Catches a refusal that cannot be written completely or is not reported as refused."""
+    """Catches a refusal that cannot be written completely or is not reported as refused, and a
+    step-0 margin decision that masks the wrong tokens. The old check of the refusal path
+    (`isfinite(out2).sum() <= 4`) passed when every token was masked (the decode would then sample
+    from all -inf logits); the allowed set must be exactly the tokens that start the refusal."""
     vocab = len(tok) + 64
     ref_ids = tok.encode(REFUSAL, add_special_tokens=False)
     proc = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok))
@@ -131,7 +134,13 @@ def test_refusal_path_and_margin(tok):
     assert forced.margin == pytest.approx(5.0, abs=1e-4)
     forced2 = GroundedSpanProcessor(PASSAGES, tok, REFUSAL, eos_token_id=_eos(tok), refuse_margin=1.0)
     out2 = forced2([], bias)
-    assert int(torch.isfinite(out2).sum()) <= 4  # only the refusal's first token(s)
+    tb = token_bytes(tok)
+    starts = {i for i, b in enumerate(tb.bytes_of) if b is not None and REFUSAL.encode("utf-8").startswith(b)}
+    assert ref_ids[0] in starts
+    assert set(torch.isfinite(out2).nonzero().flatten().tolist()) == starts  # the refusal's first tokens, no EOS
+    assert forced2.margin == pytest.approx(5.0, abs=1e-4)
+    paris = tok.encode(" Paris", add_special_tokens=False)[0]
+    assert bool(torch.isfinite(out[paris]))  # below the margin the span path is open (not all masked either)
 
 
 def test_span_sources_without_spaces():
