@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.datasets import QAItem, sample_ids
+from rag.answering.signals import MARGIN, MIN_LOGPROB, REFUSAL_FEATURES, SELECTOR_FEATURES
 
 
 @dataclass
@@ -82,9 +83,6 @@ def pick_margin(points: Sequence[Point], max_false_refusal: float = 0.15,
     return best
 
 
-REFUSAL_FEATURES = ("margin", "min_logprob", "span_logprob", "check_passage", "check_answer", "check_probe")
-
-
 def _logistic(z: np.ndarray, y: np.ndarray, l2: float, steps: int = 50) -> tuple[np.ndarray, float]:
     """Weights and bias of an L2-penalised logistic regression (Newton's method, bias unpenalised)."""
     a = np.hstack([z, np.ones((len(z), 1))])
@@ -139,13 +137,6 @@ def _score_refusals(points: Sequence[Point], refused: Sequence[bool]) -> dict[st
             "false_refusal": sum(ans) / max(1, len(ans))}
 
 
-# The model's first-token preference, the probe's reading of the candidate's passage, and the
-# retrieval rank: on the 1.5B calibration split (5-fold CV) these chose the answer passage for 92 %
-# of answerable questions vs 78 % for the single decode; adding the span log-probability or the
-# answer check picked more right-looking strings from the wrong passage (docs/results.md).
-SELECTOR_FEATURES = ("margin", "check_probe", "passage_rank")
-
-
 def fit_span_selector(points: Sequence[Point], features: Sequence[str] = SELECTOR_FEATURES,
                       l2: float = 1.0) -> dict | None:
     """A `SpanSelector` dict: a logistic model of "this per-passage span is right" (F1 >= 0.5),
@@ -166,19 +157,19 @@ def fit_span_selector(points: Sequence[Point], features: Sequence[str] = SELECTO
 
 def select_candidates(points: Sequence[Point], selector: dict | None) -> list[Point]:
     """Each point as the pipeline would answer it with `selector`: the chosen candidate's signals
-    and F1 (`rag/span_select.py: choose`, the same rule); points without candidates unchanged."""
-    from rag.calibration import SpanSelector
-    from rag.span_select import pick
+    and F1 (`ShortAnswerPolicy.choose`, the pipeline's own rule); points without candidates unchanged."""
+    from rag.answering.policy import Candidate, ShortAnswerPolicy
+    from rag.calibration import CalibrationEntry, SpanSelector
 
     sel = SpanSelector.from_dict(selector) if selector else None
+    policy = ShortAnswerPolicy(CalibrationEntry(span_selector=sel))
     out = []
     for p in points:
-        live = [c for c in p.candidates if c.get("span", "").strip() and c["signals"].get("span_tokens", 1)]
-        i = pick([c["signals"] for c in live], sel)
+        i = policy.choose([Candidate(c.get("span", ""), c["signals"]) for c in p.candidates])
         if i is None:
             out.append(p)
             continue
-        c = live[i]
+        c = p.candidates[i]
         s = c["signals"]
-        out.append(Point(s["margin"], p.impossible, c["f1"], s.get("min_logprob", 0.0), dict(s), p.candidates))
+        out.append(Point(s[MARGIN], p.impossible, c["f1"], s.get(MIN_LOGPROB, 0.0), dict(s), p.candidates))
     return out

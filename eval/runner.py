@@ -12,6 +12,7 @@ from typing import Any
 
 from eval.datasets import config_hash, dataset_fingerprint
 from indexing.store import DocumentStore
+from rag.answering.policy import Policies
 from rag.config import RagConfig
 from rag.pipeline import Pipeline
 
@@ -43,12 +44,14 @@ def index_key(cfg: RagConfig) -> str:
     return config_hash({"retrievers": kinds, **{k: v for k, v in r.items() if k not in dropped}})
 
 
-def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = True) -> Pipeline:
-    """A pipeline over the dataset's corpus, ingesting it first unless a finished store exists."""
+def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = True,
+                       policies: Policies | None = None) -> Pipeline:
+    """A pipeline over the dataset's corpus, ingesting it first unless a finished store exists.
+    `policies`: the short-answer policies to answer with (`rag eval calibrate` records signals)."""
     base = eval_dir(dataset, cfg)
     base.mkdir(parents=True, exist_ok=True)
     if cfg.storage.backend == "postgres":
-        return _open_pg_pipeline(dataset, cfg, base, progress)
+        return _open_pg_pipeline(dataset, cfg, base, progress, policies)
     store = DocumentStore(base / "store.sqlite")
     done = base / "ingested.ok"
     if not done.exists():
@@ -66,10 +69,11 @@ def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = Tru
 
     retriever = Retriever.from_config(cfg.retrieval, store, base / f"indexes-{index_key(cfg)}")
     retriever.sync(cfg.retrieval.default_collection)
-    return Pipeline(cfg, store=store, retriever=retriever)
+    return Pipeline(cfg, store=store, retriever=retriever, policies=policies)
 
 
-def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress: bool) -> Pipeline:
+def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress: bool,
+                      policies: Policies | None = None) -> Pipeline:
     """Postgres backend: the corpus goes into a collection of the configured database named after the
     eval dir and the index key (one index config per collection there); re-ingest is a no-op."""
     from indexing.pg_store import PgDocumentStore
@@ -88,7 +92,7 @@ def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress:
         raise RuntimeError(f"ingesting {corpus} failed: {report.summary()}")
     retriever = PgRetriever.from_config(cfg.retrieval, store, base / "indexes-pg", cache_path=base / "embeddings.sqlite")
     retriever.sync(collection)
-    return Pipeline(cfg, store=store, retriever=retriever)
+    return Pipeline(cfg, store=store, retriever=retriever, policies=policies)
 
 
 def search_fn(pipe: Pipeline, depth: int, oversample: int = 3) -> Any:

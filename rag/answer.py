@@ -58,6 +58,17 @@ class Answer:
     # per-passage span candidates (`answer.per_passage`): passage index, span and signals of each
     candidates: list[dict[str, Any]] = field(default_factory=list)
 
+    def add_costs(self, out: Any) -> None:
+        """The finish reason, token counts and prefill/decode times of the engine's RequestOutput
+        (`inference.outputs`) this answer was decoded from."""
+        m = out.metrics
+        self.finish_reason = out.outputs[0].finish_reason
+        self.tokens = {"prompt": m.prompt_tokens, "completion": m.generated_tokens, "cached": m.cached_prompt_tokens}
+        if m.ttft is not None:
+            self.timings_ms["prefill"] = m.ttft * 1000
+            if m.e2e_latency is not None:
+                self.timings_ms["decode"] = (m.e2e_latency - m.ttft) * 1000
+
     def to_dict(self, passages: bool = True) -> dict[str, Any]:
         d = asdict(self)
         if not passages:

@@ -25,6 +25,8 @@ from typing import Any
 
 from rerank.llm import yes_log_odds, yes_no_ids
 
+from .answering.signals import CHECK_ANSWER, CHECK_PASSAGE, CHECK_PROBE
+
 CHECK_SYSTEM = "You check answers to reading comprehension questions against a passage."
 PASSAGE_CHECK = "Passage: {passage}\n\nQuestion: {question}\n\nDoes the passage contain the answer to this " \
                 "question? Answer yes or no."
@@ -94,7 +96,7 @@ async def check_signals(generator: Any, question: str, passage: str, answer: str
     # One after the other: both prompts start with the same passage and question, so the second
     # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
     signals = await passage_signals(generator, question, passage, probe)
-    signals["check_answer"] = await answer_check(generator, question, passage, answer)
+    signals[CHECK_ANSWER] = await answer_check(generator, question, passage, answer)
     return signals
 
 
@@ -102,9 +104,9 @@ async def passage_signals(generator: Any, question: str, passage: str,
                           probe: AnswerabilityProbe | None = None) -> dict[str, float]:
     """`check_passage` (and with a probe `check_probe`): what does not depend on the answer."""
     passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None)
-    signals = {"check_passage": passage_odds}
+    signals = {CHECK_PASSAGE: passage_odds}
     if probe is not None:
-        signals["check_probe"] = probe.score(hidden)
+        signals[CHECK_PROBE] = probe.score(hidden)
     return signals
 
 

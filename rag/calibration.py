@@ -16,11 +16,16 @@ An entry applies only to questions in the languages it lists (`applies_to`).
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .answerability import AnswerabilityProbe
 
 SHIPPED = Path(__file__).with_name("calibration_defaults.json")
 
@@ -73,7 +78,7 @@ class RefusalModel(LinearModel):
 
 
 class SpanSelector(LinearModel):
-    """Which per-passage span to give (`rag/span_select.py`): log-odds that a candidate is the
+    """Which per-passage span to give (`rag/answering/candidates.py`): log-odds that a candidate is the
     right answer, fitted by `rag eval calibrate` on answerable calibration questions."""
 
     def choose(self, candidates: list[dict[str, float]]) -> int | None:
@@ -97,6 +102,14 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
 
 
+@functools.lru_cache(maxsize=4)
+def _read_shipped(path: Path) -> dict[str, Any]:
+    """The shipped entries, parsed once per process: the file ships with the package and does not
+    change under a running process, and it is ~2.6k lines of probe weights (it was re-read for
+    every short answer). Callers copy what they take out of it."""
+    return _read(path)
+
+
 def applies_to(entry: dict[str, Any], language: str | None) -> bool:
     """Whether a calibration entry may decide refusals for a question in `language`.
 
@@ -112,21 +125,49 @@ def applies_to(entry: dict[str, Any], language: str | None) -> bool:
 def load_thresholds(path: Path, model: str, shipped: bool = True, language: str | None = None) -> dict[str, Any]:
     """The entry for `model` in the local file, else the shipped one, skipping an entry that does
     not cover `language` ({} when none applies)."""
-    entries = [_read(path).get(model)] + ([_read(SHIPPED).get(model)] if shipped else [])
+    entries = [_read(path).get(model)] + ([_read_shipped(SHIPPED).get(model)] if shipped else [])
     entry = next((e for e in entries if e is not None and applies_to(e, language)), None)
-    return dict(entry or {})
+    return copy.deepcopy(entry or {})
+
+
+@dataclass(frozen=True)
+class CalibrationEntry:
+    """What one entry of the calibration file decides with, parsed: the refusal model, the span
+    selector, the probe whose score they read, and the span-only thresholds (the fallback where
+    the checks are off). Everything None: an uncalibrated generator (SmolLM2, a user's GGUF)."""
+
+    refusal_model: RefusalModel | None = None
+    span_selector: SpanSelector | None = None
+    probe: AnswerabilityProbe | None = None
+    refuse_margin: float | None = None
+    refuse_min_logprob: float | None = None
+
+    @classmethod
+    def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
+        probe = None
+        if "probe" in entry:
+            from .answerability import AnswerabilityProbe
+
+            probe = AnswerabilityProbe.from_dict(entry["probe"])
+        return cls(RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None,
+                   SpanSelector.from_dict(entry["span_selector"])  # type: ignore[arg-type]
+                   if "span_selector" in entry else None,
+                   probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"))
+
+
+def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:
+    """The parsed entry that `load_thresholds` finds (an empty one when none applies)."""
+    return CalibrationEntry.from_dict(load_thresholds(path, model, shipped, language))
 
 
 def load_refusal_model(path: Path, model: str, shipped: bool = True,
                        language: str | None = None) -> RefusalModel | None:
-    entry = load_thresholds(path, model, shipped, language)
-    return RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None
+    return load_entry(path, model, shipped, language).refusal_model
 
 
 def load_span_selector(path: Path, model: str, shipped: bool = True,
                        language: str | None = None) -> SpanSelector | None:
-    entry = load_thresholds(path, model, shipped, language)
-    return SpanSelector.from_dict(entry["span_selector"]) if "span_selector" in entry else None  # type: ignore[return-value]
+    return load_entry(path, model, shipped, language).span_selector
 
 
 def save_thresholds(path: Path, model: str, entry: dict[str, Any]) -> None:

@@ -104,6 +104,20 @@ def to_citation(p: Passage, inferred: bool = False) -> Citation:
                     page=p.page, url=url, section=p.section, inferred=inferred)
 
 
+def long_citations(text: str, markers: MarkerFilter, passages: list[Passage], attribute_uncited: bool,
+                   min_overlap: float, refused: bool) -> list[Citation]:
+    """A long answer's citations: the markers the model wrote, in order of first use; when it wrote
+    none, those overlap attribution finds (flagged `inferred`; the text stays what was streamed).
+    A refusal cites nothing."""
+    if refused:
+        return []
+    by_marker = {p.marker: p for p in passages}
+    cites = [to_citation(by_marker[n]) for n in markers.used]
+    if not cites and attribute_uncited:
+        _, cites = attribute(text, passages, min_overlap)
+    return cites
+
+
 def _terms(text: str) -> set[str]:
     toks = [t.lower() for t in _WORD.findall(text)]
     out = {t for t in toks if len(t) > 2 and not t.isdigit()}

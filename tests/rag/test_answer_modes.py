@@ -14,6 +14,26 @@ def _body(text: str) -> str:
     return re.sub(r"\s*\[\d+\]", "", text).strip()
 
 
+def _cfg(pipeline, **answer):
+    """A copy of the session config with `answer.*` changed (the session pipeline is never mutated)."""
+    cfg = pipeline.cfg.model_copy(deep=True)
+    for key, value in answer.items():
+        setattr(cfg.answer, key, value)
+    return cfg
+
+
+def _pipe(pipeline, cfg=None, record: bool = False, probe=None):
+    """A pipeline of its own over the session's store, retriever and engine, whose short-answer
+    policies are built from `cfg` and the calibration file as it is now (`record`: a calibration
+    run's policies, see `rag.answering.policy.Policies`)."""
+    from rag.answering.policy import Policies
+    from rag.pipeline import Pipeline
+
+    cfg = cfg or pipeline.cfg
+    return Pipeline(cfg, store=pipeline.store, generator=pipeline.generator, retriever=pipeline.retriever,
+                    policies=Policies(cfg, record=record, probe=probe))
+
+
 def test_short_grounded_answer_is_a_verbatim_span_with_its_citation(pipeline):
     """Catches a short answer that is not copied from a passage, or cites one that lacks it."""
     a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
@@ -57,13 +77,8 @@ def test_short_answer_streams_exactly_its_final_text(pipeline):
 
 def test_forced_refusal_cites_nothing(pipeline):
     """Catches a refusal that keeps citations, or a margin threshold that is ignored."""
-    cfg = pipeline.cfg
-    old = cfg.answer.refuse_margin
-    try:
-        cfg.answer.refuse_margin = -1e9  # every question goes down the no-answer path
-        a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
-    finally:
-        cfg.answer.refuse_margin = old
+    cfg = _cfg(pipeline, refuse_margin=-1e9)  # every question goes down the no-answer path
+    a = _pipe(pipeline, cfg).ask("What is the capital city of Zarnovia?", mode="short")
     assert a.refused and a.text == cfg.prompt.refusal and a.citations == []
 
 
@@ -119,7 +134,6 @@ def _write_refusal_model(pipeline, threshold: float) -> None:
              "threshold": threshold}
     save_thresholds(calibration_path(cfg.storage_path, cfg.answer.calibration), cfg.generator.engine.model,
                     {"refusal_model": model})
-    pipeline._refusal = None  # reload
 
 
 def test_answerability_checks_feed_the_calibrated_refusal(pipeline):
@@ -130,45 +144,42 @@ def test_answerability_checks_feed_the_calibrated_refusal(pipeline):
     path = cfg.storage_path / cfg.answer.calibration
     try:
         _write_refusal_model(pipeline, 1e9)
-        a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        a = _pipe(pipeline).ask("What is the capital city of Zarnovia?", mode="short")
         assert not a.refused and a.citations
         assert {"check_passage", "check_answer", "p_unanswerable"} <= set(a.signals)
         assert a.timings_ms["check"] > 0
         # the check asks about the passage that holds the span: an answerable question scores yes
         assert a.signals["check_passage"] > -5
         _write_refusal_model(pipeline, -1e9)
-        b = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        b = _pipe(pipeline).ask("What is the capital city of Zarnovia?", mode="short")
         assert b.refused and b.text == cfg.prompt.refusal and b.citations == []
         assert b.signals["check_passage"] == pytest.approx(a.signals["check_passage"], abs=1e-3)
-        cfg.answer.verify = False  # without checks the model cannot decide: span thresholds apply
-        pipeline._refusal = None
-        c = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+        # without checks the model cannot decide: span thresholds apply
+        c = _pipe(pipeline, _cfg(pipeline, verify=False)).ask("What is the capital city of Zarnovia?", mode="short")
         assert not c.refused and "check_passage" not in c.signals
     finally:
-        cfg.answer.verify = True
         path.unlink(missing_ok=True)
-        pipeline._refusal = None
 
 
 def test_checks_run_only_when_something_reads_them(pipeline):
     """Catches two extra prompts per short answer for a generator with no refusal model (a hot-path
     waste), and calibration losing the check signals it fits on."""
-    pipeline._refusal = None
-    assert pipeline._refusal_model() is None  # SmolLM2 has no shipped or local calibration
-    a = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
+    from rag.answering.policy import Policies
+
+    question = "What is the capital city of Zarnovia?"
+    policy = Policies(pipeline.cfg).for_question(question)
+    assert policy.refusal_model is None and not policy.runs_checks  # SmolLM2 has no shipped or local calibration
+    a = _pipe(pipeline).ask(question, mode="short")
     assert "check_passage" not in a.signals and "check" not in a.timings_ms
-    pipeline.record_signals = True
-    try:
-        b = pipeline.ask("What is the capital city of Zarnovia?", mode="short")
-    finally:
-        pipeline.record_signals = False
+    b = _pipe(pipeline, record=True).ask(question, mode="short")  # a calibration run's policies
     assert {"check_passage", "check_answer"} <= set(b.signals) and "p_unanswerable" not in b.signals
 
 
 def test_refusal_model_is_chosen_by_the_question_language(pipeline):
     """Catches the pipeline applying an English-only calibration to a Chinese question (or caching
     one language's decision for all): the refusal model, and with it the span path's forced margin,
-    must follow the question's language."""
+    must follow the question's language, and each language's policy is built once."""
+    from rag.answering.policy import Policies
     from rag.calibration import calibration_path, save_thresholds
 
     cfg = pipeline.cfg
@@ -177,14 +188,15 @@ def test_refusal_model_is_chosen_by_the_question_language(pipeline):
              "threshold": 0.0}
     try:
         save_thresholds(path, cfg.generator.engine.model, {"refusal_model": model, "languages": ["en"]})
-        pipeline._refusal = None
-        assert pipeline._refusal_model("What is the capital city of Zarnovia?") is not None
-        assert pipeline._refusal_model("札爾諾維亞的首都是哪裡？") is None
-        assert pipeline._refuse_margin("What is the capital city of Zarnovia?") == float("inf")
-        assert pipeline._refuse_margin("札爾諾維亞的首都是哪裡？") is None  # no calibration for Chinese here
+        policies = Policies(cfg)
+        en = policies.for_question("What is the capital city of Zarnovia?")
+        zh = policies.for_question("札爾諾維亞的首都是哪裡？")
+        assert en.refusal_model is not None and zh.refusal_model is None
+        assert en.decoder_margin == float("inf")
+        assert zh.decoder_margin is None  # no calibration for Chinese here
+        assert policies.for_question("What is the capital city of Quintara?") is en  # built once per language
     finally:
         path.unlink(missing_ok=True)
-        pipeline._refusal = None
 
 
 def test_probe_stored_with_the_calibration_scores_the_passage_check_state(pipeline):
@@ -204,8 +216,7 @@ def test_probe_stored_with_the_calibration_scores_the_passage_check_state(pipeli
     question = "What is the capital city of Zarnovia?"
     try:
         save_thresholds(path, cfg.generator.engine.model, {"refusal_model": model, "probe": probe.to_dict()})
-        pipeline._refusal, pipeline._probes = None, {}
-        a = pipeline.ask(question, mode="short")
+        a = _pipe(pipeline).ask(question, mode="short")
         assert not a.refused and "check_probe" in a.signals and "p_unanswerable" in a.signals
         cited = next(p for p in a.passages if p.marker == a.citations[0].marker)
         from rag.prompt import passage_body
@@ -214,13 +225,10 @@ def test_probe_stored_with_the_calibration_scores_the_passage_check_state(pipeli
         assert a.signals["check_probe"] == pytest.approx(probe.score(hidden), abs=1e-3)
         _, final = gen.run(passage_check(gen, question, passage_body(cfg.prompt, cited), -1))
         assert abs(probe.score(final) - probe.score(hidden)) > 1e-3  # the layer matters
-        pipeline.stored_probe = False  # calibration without --probe: no probe, so no check_probe
-        b = pipeline.ask(question, mode="short")
+        b = _pipe(pipeline, record=True).ask(question, mode="short")  # calibration without --probe: no check_probe
         assert "check_probe" not in b.signals and "p_unanswerable" not in b.signals
     finally:
-        pipeline.stored_probe = True
         path.unlink(missing_ok=True)
-        pipeline._refusal, pipeline._probes = None, {}
 
 
 def test_probe_rejects_a_hidden_state_of_another_size():
@@ -254,13 +262,11 @@ def test_per_passage_candidates_follow_the_selector_and_cite_their_passage(pipel
                                                           "std": [1.0], "coef": [coef], "bias": 0.0}}
     try:
         save_thresholds(path, cfg.generator.engine.model, {"refusal_model": never})
-        pipeline._refusal, pipeline._selectors = None, {}
-        plain = pipeline.ask(question, passages=texts, mode="short")
+        plain = _pipe(pipeline).ask(question, passages=texts, mode="short")
         assert plain.candidates == []  # no selector calibrated: the single decode
         for coef, want in ((1.0, 3), (-1.0, 1)):
             save_thresholds(path, cfg.generator.engine.model, entry(coef))
-            pipeline._refusal, pipeline._selectors = None, {}
-            a = pipeline.ask(question, passages=texts, mode="short")
+            a = _pipe(pipeline).ask(question, passages=texts, mode="short")
             assert not a.refused, a
             assert [c["passage"] for c in a.candidates] == [0, 1, 2]
             for c in a.candidates:
@@ -272,19 +278,13 @@ def test_per_passage_candidates_follow_the_selector_and_cite_their_passage(pipel
             assert "check_answer" in a.signals and "p_unanswerable" in a.signals
             assert _body(a.text) == a.candidates[want - 1]["span"]
             assert a.signals["passage_rank"] == want - 1
-        cfg.answer.per_passage = True  # forced on without a selector: the single decode's choice
+        forced = _cfg(pipeline, per_passage=True)  # forced on without a selector: the single decode's choice
         save_thresholds(path, cfg.generator.engine.model, {"refusal_model": never})
-        pipeline._refusal, pipeline._selectors = None, {}
-        b = pipeline.ask(question, passages=texts, mode="short")
+        b = _pipe(pipeline, forced).ask(question, passages=texts, mode="short")
         best = min(b.candidates, key=lambda c: (c["signals"]["margin"], c["passage"]))
         assert _body(b.text) == best["span"] and [c.marker for c in b.citations] == [best["passage"] + 1]
-        pipeline.record_signals = True  # calibration: every candidate's answer check, for refits
-        try:
-            r = pipeline.ask(question, passages=texts, mode="short")
-        finally:
-            pipeline.record_signals = False
+        # calibration: every candidate's answer check, for refits
+        r = _pipe(pipeline, forced, record=True).ask(question, passages=texts, mode="short")
         assert all("check_answer" in c["signals"] for c in r.candidates)
     finally:
-        cfg.answer.per_passage = None
         path.unlink(missing_ok=True)
-        pipeline._refusal, pipeline._selectors = None, {}

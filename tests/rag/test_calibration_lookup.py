@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 import rag.calibration as cal
 
 
@@ -25,14 +27,49 @@ def test_local_calibration_beats_the_shipped_one(tmp_path, monkeypatch):
     assert cal.load_refusal_model(local, "qwen2.5-0.5b").threshold == -2.0
 
 
+# hidden_size of the catalogue models the shipped probes read (their HF configs)
+HIDDEN = {"qwen2.5-0.5b": 896, "qwen2.5-1.5b": 1536}
+
+
 def test_shipped_calibration_file_is_valid():
-    """Catches a malformed shipped entry (the pipeline would fail at the first short answer)."""
+    """Catches a malformed shipped entry (the pipeline would fail at the first short answer), a
+    feature name no signal producer writes (the model would never decide: `refuses` gives None), a
+    probe of another model's width or depth, and a model fitted with its labels inverted. The old
+    check (`refuses(...) in (True, False)`) passed for all of these, and never looked at the
+    selector or the probe. Clearly different signals must be decided oppositely: every check's
+    log-odds at +6 ("yes") vs -6 ("no"), span signals at their calibration mean; a span the model
+    strongly preferred, from the top passage, with a confident probe vs the opposite."""
+    from rag.answering.policy import Candidate, ShortAnswerPolicy
+    from rag.answering.signals import REFUSAL_FEATURES, SELECTOR_FEATURES
+
     data = json.loads(cal.SHIPPED.read_text(encoding="utf-8"))
-    for name, entry in data.items():
-        m = cal.RefusalModel.from_dict(entry["refusal_model"])
+    assert set(data) == set(HIDDEN)
+    for name, raw in data.items():
+        assert raw.get("languages"), f"{name}: a shipped entry must say which languages it was fitted on"
+        entry = cal.CalibrationEntry.from_dict(raw)
+        m, sel, probe = entry.refusal_model, entry.span_selector, entry.probe
+        assert m is not None and sel is not None and probe is not None, name
+        assert set(m.features) <= set(REFUSAL_FEATURES), name
         assert len(m.features) == len(m.coef) == len(m.mean) == len(m.std), name
-        assert m.refuses({f: 0.0 for f in m.features}) in (True, False)
-        assert entry.get("languages"), f"{name}: a shipped entry must say which languages it was fitted on"
+        assert set(sel.features) <= set(SELECTOR_FEATURES), name
+        assert len(sel.features) == len(sel.coef) == len(sel.mean) == len(sel.std), name
+        assert len(probe.weights) == HIDDEN[name], name
+        assert probe.layer == raw["probe_trained"]["layer"] and 0 < probe.layer < raw["probe_trained"]["layers"]
+
+        policy = ShortAnswerPolicy(entry)
+        yes, no = (policy.judge(Candidate("Velmora", {**dict(zip(m.features, m.mean)), "span_tokens": 2.0,
+                                                      **{f: check for f in m.features if f.startswith("check_")}}))
+                   for check in (6.0, -6.0))
+        assert not yes.refused and yes.text == "Velmora", name
+        assert no.refused and no.text == policy.refusal, name
+        assert yes.signals["p_unanswerable"] < 0.5 < no.signals["p_unanswerable"], name
+
+        right = {"margin": -8.0, "check_probe": 6.0, "passage_rank": 0.0}
+        wrong = {"margin": 2.0, "check_probe": -6.0, "passage_rank": 4.0}
+        assert sel.choose([right, wrong]) == 0 and sel.choose([wrong, right]) == 1, name
+
+        w = torch.tensor(probe.weights)
+        assert probe.score(w.sign()) > 0 > probe.score(-w.sign()), name  # not a constant (zero weights, huge bias)
 
 
 def test_entry_applies_only_to_its_languages(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ SQuAD v2 calibration split a quarter of the answerable questions got a span from
 than the one holding the answer (and its citation was wrong). Decoding one span per passage, asking
 the answerability checks (`rag/answerability.py`) about each, and choosing with a logistic model
 fitted by `rag eval calibrate` on those same signals lets the model's own reading of each passage
-decide, and the citation is the passage the chosen span was decoded from.
+decide, and the citation is the passage the chosen span was decoded from. The choice itself is the
+policy's (`ShortAnswerPolicy.choose`).
 
 Cost: one prefill (the others hit the prefix cache), k short decodes in one batch, and two check
 prompts per candidate (k = the passages in the prompt).
@@ -22,7 +23,7 @@ from typing import Any
 
 from inference.structured import GroundedSpanProcessor
 
-from .calibration import SpanSelector
+from .signals import span_signals
 
 
 @dataclass
@@ -42,13 +43,6 @@ class SpanCandidate:
         return {"passage": self.index, "span": self.text, "signals": dict(self.signals)}
 
 
-def span_signals(p: GroundedSpanProcessor, index: int) -> dict[str, float]:
-    """The span decoder's signals of a candidate and its passage's rank in the prompt (the
-    checks' are added by the pipeline)."""
-    return {"margin": p.margin if p.margin is not None else 0.0, "span_logprob": p.span_logprob,
-            "min_logprob": p.min_logprob, "span_tokens": float(p.steps), "passage_rank": float(index)}
-
-
 async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
                             processors: list[GroundedSpanProcessor]) -> list[SpanCandidate]:
     """One constrained decode per processor on the same prompt: the first alone (it fills the
@@ -64,21 +58,3 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
     outs = [await one(processors[0])]
     outs += await asyncio.gather(*(one(p) for p in processors[1:]))
     return [SpanCandidate(i, p, o, span_signals(p, i)) for i, (p, o) in enumerate(zip(processors, outs))]
-
-
-def pick(signals: list[dict[str, float]], selector: SpanSelector | None) -> int | None:
-    """Index of the candidate to answer with, given each live candidate's signals: the selector's
-    best; without one (or when a candidate lacks a signal it reads) the single decode's choice, the
-    span whose first token the model preferred (lowest margin; ties: better-ranked passage). None
-    when there is no candidate. `rag eval calibrate` re-chooses calibration points with this too."""
-    if not signals:
-        return None
-    i = selector.choose(signals) if selector is not None else None
-    return i if i is not None else min(range(len(signals)), key=lambda k: (signals[k]["margin"], k))
-
-
-def choose(candidates: list[SpanCandidate], selector: SpanSelector | None) -> SpanCandidate | None:
-    """The candidate to answer with (`pick`) among those that gave a span; None when none did."""
-    live = [c for c in candidates if c.text.strip() and c.processor.steps]
-    i = pick([c.signals for c in live], selector)
-    return None if i is None else live[i]

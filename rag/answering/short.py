@@ -1,0 +1,97 @@
+"""Running a short answer to its decision: the answerability checks, the per-passage candidates,
+and what the policy is asked.
+
+Why apart from the policy: this is the part that talks to the generator (check prompts, one decode
+per passage); the policy only reads the signals it gathers, so `rag eval calibrate` can re-decide
+recorded signals without a model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from inference.structured import GroundedSpanProcessor, span_sources
+
+from .. import prompt as prompt_mod
+from ..answer import Answer
+from ..prompt import PromptConfig
+from .candidates import decode_candidates
+from .policy import Candidate, Decision, Policies, ShortAnswerPolicy, says_refusal
+from .signals import CHECK_ANSWER, gave_span, span_signals
+
+
+def _bodies(cfg: PromptConfig, answer: Answer) -> list[str]:
+    return [prompt_mod.passage_body(cfg, p) for p in answer.passages]
+
+
+def _first_source(text: str, bodies: list[str]) -> int | None:
+    """The passage a short answer cites: the first (in prompt order, i.e. rank) that holds it
+    verbatim, the one the answerability checks read.
+
+    Why one: a short span such as "Poland" or "1562" is verbatim in many passages that say nothing
+    about the question; citing each of them cited text that does not support the answer (on
+    SQuAD, every multi-passage short citation had at most one supporting passage)."""
+    src = span_sources(text.strip(), bodies)
+    return src[0] if src else None
+
+
+async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,
+                        span: GroundedSpanProcessor | None) -> Decision:
+    """The decision on the one decode over all passages. `streamed`: its marker-checked text;
+    `span`: its grounded-span processor (None: a prompted answer, e.g. on a remote backend)."""
+    from ..answerability import check_signals
+
+    bodies = _bodies(cfg, answer)
+    if span is None:  # nothing to weigh: the text, unless it is the refusal, cited where it is found
+        return policies.plain.judge(Candidate(streamed, {}, _first_source(streamed, bodies),
+                                              says_refusal(streamed, cfg.refusal)))
+    policy = policies.for_question(answer.question)
+    signals = span_signals(span)
+    text = span.answer_text()  # whole words even when max_tokens cut the span
+    if policy.runs_checks and not span.refused and gave_span(text, signals):
+        t1 = time.perf_counter()
+        src = _first_source(text, bodies)
+        signals.update(await check_signals(generator, answer.question, bodies[src or 0], text.strip(),
+                                           policy.probe))
+        answer.timings_ms["check"] = _ms(t1)
+    if not span.steps:
+        text = streamed
+    return policy.judge(Candidate(text, signals, _first_source(text, bodies),
+                                  span.refused or says_refusal(streamed, cfg.refusal)))
+
+
+async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAnswerPolicy, answer: Answer,
+                             token_ids: list[int], params: Any,
+                             processor_for: Callable[[list[str]], GroundedSpanProcessor]) -> tuple[Decision, Any]:
+    """One span per passage, the checks on each, the policy's choice (cited to its passage); also
+    the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
+    in `answer.candidates`."""
+    from ..answerability import answer_check, passage_signals
+
+    q = answer.question
+    bodies = _bodies(cfg, answer)
+    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies])
+    t1 = time.perf_counter()
+    live = [c for c in cands if gave_span(c.text, c.signals)]
+    for c in live:
+        c.signals.update(await passage_signals(generator, q, bodies[c.index], policy.probe))
+    every = policy.checks_every_candidate
+    if every:
+        for c in live:
+            c.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[c.index], c.text.strip())
+    chosen = policy.choose(cands)
+    if chosen is not None and not every:
+        best = cands[chosen]
+        best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip())
+    answer.timings_ms["check"] = _ms(t1)
+    answer.candidates = [c.to_dict() for c in cands]
+    # nothing was streamed on this path: only the decoder itself may have written the refusal
+    decision = policy.decide([Candidate(c.text, c.signals, c.index, c.processor.refused or says_refusal("", cfg.refusal))
+                              for c in cands], chosen)
+    return decision, cands[chosen].output if chosen is not None else None
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000

@@ -1,0 +1,116 @@
+"""From a built prompt to the final answer: decode (streaming long answers as they come), then
+decide a short answer or cite a long one, then record what it cost.
+
+Why apart from the pipeline: the pipeline composes the stages up to the prompt; what happens to
+the generated text is the answer step's own business, and each part of it has one home here:
+the short answer's decision (`policy.py`, gathered by `short.py`), the long answer's citations
+(`rag/citations.py: long_citations`), the token accounting (`Answer.add_costs`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from inference.structured import GroundedSpanProcessor
+
+from ..answer import Answer
+from ..citations import MarkerFilter, long_citations
+from ..loops import is_looping
+from .policy import Decision, Policies, says_refusal
+
+if TYPE_CHECKING:
+    from ..config import RagConfig
+    from ..prompt import BuiltPrompt
+
+
+def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, texts: list[str], max_tokens: int,
+                   refuse_margin: float | None) -> GroundedSpanProcessor:
+    """The grounded-span decoder over `texts`; `refuse_margin` is the policy's `decoder_margin`
+    (inf on per-passage candidates: each always gives its span, the policy decides after)."""
+    return GroundedSpanProcessor(texts, generator.tokenizer, refusal, eos_token_id=eos, max_tokens=max_tokens,
+                                 refuse_margin=refuse_margin)
+
+
+async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
+                        params: Any, t0: float, eos: set[int] | int | None,
+                        request_id: str | None = None) -> AsyncIterator[str | Answer]:
+    """Text deltas (a long answer's, as generated; a short answer's whole, once decided), then the
+    final `Answer`. Closing this generator closes the engine stream (the request is aborted)."""
+    short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
+    if short and answer.grounded and policies.for_question(answer.question).per_passage:
+        final = await _per_passage(generator, cfg, policies, answer, built, params, t0, eos)
+        yield final.text
+        yield final
+        return
+    markers = MarkerFilter({p.marker for p in answer.passages})
+    last = None
+    agen = generator.astream(built.token_ids, params, request_id=request_id)
+    looped = False
+    try:
+        async for out in agen:
+            last = out
+            if (delta := markers.feed(out.outputs[0].delta_text)) and not short:
+                yield delta
+            if delta and is_looping(markers.text):
+                looped = True  # stop a degenerate loop now (closing the stream aborts the request)
+                break
+    finally:
+        await agen.aclose()
+    if (tail := markers.flush()) and not short:
+        yield tail
+    if short:
+        from .short import decide_single
+
+        span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
+        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span)
+        final = _finish_short(answer, decision, last, t0, markers.removed)
+    else:
+        final = _finish_long(cfg, answer, markers, last, t0)
+    if looped:
+        final.finish_reason = "repetition"
+    if short:
+        yield final.text
+    yield final
+
+
+async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
+                       params: Any, t0: float, eos: set[int] | int | None) -> Answer:
+    """One span per passage, the checks on each, the policy's choice; cited to its passage."""
+    from .short import decide_per_passage
+
+    def processor(texts: list[str]) -> GroundedSpanProcessor:
+        return span_processor(generator, cfg.prompt.refusal, eos, texts, params.max_tokens, float("inf"))
+
+    policy = policies.for_question(answer.question)
+    decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
+                                             processor)
+    return _finish_short(answer, decision, out, t0, 0)
+
+
+def _finish_short(answer: Answer, decision: Decision, out: Any, t0: float, removed_markers: int) -> Answer:
+    """A short answer: the policy's decision (the span and the marker of the passage it cites, or
+    the refusal), then what it cost."""
+    decision.apply(answer)
+    answer.removed_markers = removed_markers
+    return _account(answer, out, t0)
+
+
+def _finish_long(cfg: RagConfig, answer: Answer, markers: MarkerFilter, out: Any, t0: float) -> Answer:
+    """A long answer is exactly what was streamed; when the model cited nothing, citations are
+    attributed by word overlap and flagged `inferred`. A refusal cites nothing."""
+    ac = cfg.answer
+    answer.text, answer.removed_markers = markers.text, markers.removed
+    answer.refused = says_refusal(markers.text, cfg.prompt.refusal)
+    answer.citations = long_citations(markers.text, markers, answer.passages, ac.attribute, ac.attribution_overlap,
+                                      answer.refused)
+    return _account(answer, out, t0)
+
+
+def _account(answer: Answer, out: Any, t0: float) -> Answer:
+    """Token counts and timings of the decode the answer came from (None: nothing was decoded)."""
+    if out is not None:
+        answer.add_costs(out)
+    answer.timings_ms["total"] = (time.perf_counter() - t0) * 1000
+    return answer
