@@ -56,7 +56,8 @@ def retrievers_for(mode: str, graph: bool = False) -> list[str]:
     return [*base, "graph"] if graph or mode == "graph" else base
 
 # Graph settings that change what the graph holds (the others only change how it is searched).
-_GRAPH_BUILD = ("extractor", "max_words", "max_chunk_share", "communities", "resolution", "seed")
+_GRAPH_BUILD = ("extractor", "max_words", "max_chunk_share", "communities", "community_min_weight", "resolution",
+                "seed")
 
 
 def graph_build_settings(cfg: GraphConfig) -> dict[str, Any]:

@@ -175,6 +175,11 @@ class GraphConfig(_Strict):
     # chunks mentioning the entity (a rare entity tells more about the chunk than a common one)
     chunk_score: Literal["sum", "specificity"] = "specificity"
     communities: bool = Field(True, description="Louvain communities per connected component (networkx)")
+    # edges of at least this many co-mentioning chunks form the community graph: 1 keeps every edge (on
+    # hotpotqa_pooled one component then holds 98% of the entities and a sync touching it re-runs
+    # Louvain on it, ~20 s); 2 splits it (largest 2.6k entities, 0.5 s) and leaves entities with only
+    # single co-mentions in communities of their own
+    community_min_weight: int = Field(1, ge=1)
     resolution: float = Field(1.0, gt=0.0)
     seed: int = 0
 

@@ -111,6 +111,13 @@ class GraphIndex:
     def _neighbours(self, k: str) -> Iterable[str]:
         return (o for o in self.edges.get(k, ()) if o not in self.hubs)
 
+    def _community_neighbours(self, k: str) -> Iterable[str]:
+        """Neighbours in the community graph: no hubs, edges of at least `community_min_weight`.
+        An edge's weight changes only when a chunk naming both ends changes, so both ends are
+        dirty then and the components to recompute are still the ones around dirty entities."""
+        least = self.cfg.community_min_weight
+        return (o for o, w in self.edges.get(k, {}).items() if w >= least and o not in self.hubs)
+
     def _communities(self, dirty: set[str]) -> None:
         import networkx as nx
 
@@ -120,7 +127,7 @@ class GraphIndex:
                 continue
             comp, stack = {start}, [start]
             while stack:
-                for o in self._neighbours(stack.pop()):
+                for o in self._community_neighbours(stack.pop()):
                     if o not in comp:
                         comp.add(o)
                         stack.append(o)
@@ -132,7 +139,7 @@ class GraphIndex:
                 g = nx.Graph()
                 g.add_nodes_from(nodes)
                 g.add_weighted_edges_from((a, b, float(self.edges[a][b])) for a in nodes
-                                          for b in sorted(self._neighbours(a)) if a < b)
+                                          for b in sorted(self._community_neighbours(a)) if a < b)
                 groups = nx.community.louvain_communities(g, weight="weight", resolution=self.cfg.resolution,
                                                           seed=self.cfg.seed)
             for group in groups:
