@@ -180,7 +180,7 @@ class LLMEngine:
         self.runner.zero_blocks(self.bm.take_zeroes())
         self.runner.copy_blocks(self.bm.take_copies())
         out = self.runner.run(batch)
-        self.scheduler.commit(batch, out.prompt_logprobs)
+        self.scheduler.commit(batch)
         self._track_kv()
         return self.output.postprocess(batch, out)
 
