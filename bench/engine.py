@@ -10,6 +10,12 @@ fp32); `--hf-dtype` sets the peer's precision, so both the like-for-like ratio a
 against HF's CPU default (fp32) can be measured. `--llama-cpp` adds llama.cpp through
 `llama-cpp-python` (optional: `pip install llama-cpp-python diskcache`, a ~20 min source build on
 2 cores) on the same GGUF, sequentially, with its prompt-prefix reuse.
+
+Single stream, beside the workload: `decode_tok_s` (one request alone, tokens/s after the first)
+and `prefill_tok_s` (one uncached 1,000-token prompt), and with `--llama-cpp` the same two on
+llama.cpp (`llama_cpp_decode_tok_s`, `llama_cpp_prefill_tok_s`, `decode_ratio_vs_llama_cpp`,
+`prefill_ratio_vs_llama_cpp`). `cpu_model`/`cpu_flags` and the kernel ISA are printed and written
+with every run: a ratio holds for the instruction set it was measured on only.
 """
 
 from __future__ import annotations
@@ -118,6 +124,67 @@ def run_llama_cpp(model: str, prompts: list[list[int]], max_new: int, threads: i
     return time.perf_counter() - t
 
 
+def single_stream(llm: LLM, decode_prompt: list[int], prefill_prompt: list[int], max_new: int) -> dict:
+    """One request alone, nothing batched: decode tokens/s after the first token, and prefill
+    tokens/s of one uncached ~1,000-token prompt (prefix caching off for it, so nothing is reused)."""
+    sp = SamplingParams(temperature=0.0, max_tokens=max_new, ignore_eos=True)
+    llm.clear_prefix_cache()
+    out = llm.generate([decode_prompt], sp)[0]
+    m = out.metrics
+    decode = (len(out.token_ids) - 1) / (m.e2e_latency - m.ttft)
+    bm = llm.engine.bm
+    old, bm.caching = bm.caching, False
+    try:
+        first = llm.generate([prefill_prompt], SamplingParams(temperature=0.0, max_tokens=1))[0]
+    finally:
+        bm.caching = old
+    return {"decode_tok_s": decode, "prefill_tok_s": len(prefill_prompt) / first.metrics.ttft}
+
+
+def llama_cpp_single_stream(model: str, decode_prompt: list[int], prefill_prompt: list[int], max_new: int,
+                            threads: int) -> dict:
+    """The same two measurements on llama.cpp (same GGUF, same threads, a fresh context each)."""
+    from llama_cpp import Llama
+
+    from inference.catalog import catalog_gguf
+
+    gguf = catalog_gguf(model) or Path(model)
+    ll = Llama(model_path=str(gguf), n_ctx=len(prefill_prompt) + max_new + 16, n_threads=threads,
+               n_threads_batch=threads, n_batch=512, verbose=False)
+    ll.eval(decode_prompt[:16])  # warm-up
+    ll.reset()
+    t0 = time.perf_counter()
+    t_first = None
+    for i, _ in enumerate(ll.generate(decode_prompt, top_k=1, temp=0.0, repeat_penalty=1.0)):
+        if i == 0:
+            t_first = time.perf_counter()
+        if i + 1 >= max_new:
+            break
+    decode = (max_new - 1) / (time.perf_counter() - (t_first or t0))
+    ll.reset()
+    t0 = time.perf_counter()
+    ll.eval(prefill_prompt)
+    prefill = len(prefill_prompt) / (time.perf_counter() - t0)
+    return {"llama_cpp_decode_tok_s": decode, "llama_cpp_prefill_tok_s": prefill}
+
+
+def cpu_description() -> dict:
+    """CPU model and the ISA flags the engine keys on: printed beside every speed figure."""
+    from inference.cpu_features import ENGINE_FLAGS, cpu_flags, cpu_model
+
+    have = cpu_flags()
+    return {"cpu_model": cpu_model(), "cpu_flags": [f for f in ENGINE_FLAGS if f in have]}
+
+
+def kernel_description() -> str:
+    try:
+        from inference.kernels import ops
+
+        return ops.isa() if ops.available() else f"unavailable ({ops.load_error()})"
+    except ImportError as e:
+        return f"unavailable ({e})"
+
+
 def ttft(llm: LLM, system: list[int], tails: list[list[int]], caching: bool) -> float:
     """Median TTFT of system prompt + a fresh ~50-token tail (tails differ from the first token,
     so only the system prompt can come from the cache). The first tail is a discarded warm-up:
@@ -148,8 +215,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--dtype", default="float32", choices=("auto", "float32", "bfloat16"), help="engine weights/KV")
-    ap.add_argument("--quantization", default="none", choices=("none", "int8"),
-                    help="engine linear layers (int8: CPU, float32 activations)")
+    ap.add_argument("--quantization", default="auto", choices=("auto", "none", "int8", "gguf"),
+                    help="engine linear layers: auto (GGUF blocks + native kernels for a GGUF model), none "
+                         "(float weights), int8 (torch._int_mm; VNNI/AMX CPUs only), gguf (blocks, required)")
+    ap.add_argument("--single-new", type=int, default=64, help="tokens of the single-stream decode measurement")
     ap.add_argument("--skip-hf", action="store_true", help="no HF transformers peer (e.g. only llama.cpp)")
     ap.add_argument("--llama-cpp", action="store_true",
                     help="also run llama.cpp (llama-cpp-python, the model's GGUF, sequential) when installed")
@@ -187,9 +256,16 @@ def main() -> None:
     t_cached = ttft(llm, system, tails, caching=True)
     t_cold = ttft(llm, system, tails, caching=False)
 
+    decode_prompt = prompts[0][-120:]
+    prefill_prompt = (system + prompts[1][len(system):])[:1000]
+    single = single_stream(llm, decode_prompt, prefill_prompt, args.single_new)
+
     l_time = None
+    l_single: dict = {}
     if args.llama_cpp and not _no_llama_cpp():
         l_time = run_llama_cpp(args.model, prompts, args.max_new, torch.get_num_threads())
+        l_single = llama_cpp_single_stream(args.model, decode_prompt, prefill_prompt, args.single_new,
+                                           torch.get_num_threads())
 
     res = {
         "requests": n,
@@ -217,7 +293,15 @@ def main() -> None:
         "device": args.device,
         "model": args.model,
         "llama_cpp": "not installed" if _no_llama_cpp() else ("run" if l_time else "installed (not run)"),
+        **single,
+        **l_single,
+        **cpu_description(),
+        "kernels": kernel_description(),
+        "engine_weight_bytes": llm.engine.model_weight_bytes() if hasattr(llm.engine, "model_weight_bytes") else None,
     }
+    if l_single:
+        res["decode_ratio_vs_llama_cpp"] = single["decode_tok_s"] / l_single["llama_cpp_decode_tok_s"]
+        res["prefill_ratio_vs_llama_cpp"] = single["prefill_tok_s"] / l_single["llama_cpp_prefill_tok_s"]
     if l_time:
         res.update({"llama_cpp_s": l_time, "llama_cpp_tok_s": hf_gen / l_time,
                     "throughput_ratio_vs_llama_cpp": (gen / e_time) / (hf_gen / l_time)})
@@ -229,9 +313,16 @@ def main() -> None:
         ("TTFT cached vs no-cache (s)", f"{t_cached:.3f}", f"{t_cold:.3f}", f"{res['ttft_ratio_cached']:.1f}x"),
         *([(f"generated tok/s vs llama.cpp {_gguf_quant(args.model)}", f"{res['engine_tok_s']:.1f}", f"{res['llama_cpp_tok_s']:.1f}",
              f"{res['throughput_ratio_vs_llama_cpp']:.2f}x")] if l_time else []),
+        *([("single-stream decode tok/s vs llama.cpp", f"{res['decode_tok_s']:.1f}",
+             f"{res['llama_cpp_decode_tok_s']:.1f}", f"{res['decode_ratio_vs_llama_cpp']:.2f}x"),
+           ("prefill tok/s (1,000 tokens) vs llama.cpp", f"{res['prefill_tok_s']:.1f}",
+            f"{res['llama_cpp_prefill_tok_s']:.1f}", f"{res['prefill_ratio_vs_llama_cpp']:.2f}x")] if l_single else
+          [("single-stream decode tok/s", f"{res['decode_tok_s']:.1f}", "", ""),
+           ("prefill tok/s (1,000 tokens)", f"{res['prefill_tok_s']:.1f}", "", "")]),
         ("KV efficiency at peak", f"{res['kv_efficiency']:.4f}", "", ""),
         ("prefix-cache hit rate", f"{res['prefix_cache_hit_rate']:.3f}", "", ""),
     ]
+    print(f"CPU: {res['cpu_model']}; flags: {' '.join(res['cpu_flags'])}; kernels: {res['kernels']}")
     print(f"{n} requests, {prompt_tokens} prompt tokens, {args.max_new} new tokens each, "
           f"{res['threads']} threads, HF batch {args.hf_batch}, engine {res['engine_dtype']} "
           f"quantization {args.quantization}, HF {args.hf_dtype}")

@@ -13,6 +13,7 @@ from typing import Any
 from eval.datasets import config_hash, dataset_fingerprint
 from indexing.store import DocumentStore
 from rag.answering.policy import Policies
+from rag.commands._progress import index_progress
 from rag.config import RagConfig
 from rag.pipeline import Pipeline
 
@@ -68,7 +69,8 @@ def open_eval_pipeline(dataset: str | Path, cfg: RagConfig, progress: bool = Tru
     from retrieval.retriever import Retriever
 
     retriever = Retriever.from_config(cfg.retrieval, store, base / f"indexes-{index_key(cfg)}")
-    retriever.sync(cfg.retrieval.default_collection)
+    with index_progress(f"embedding/indexing {Path(dataset).name}", progress) as bar:
+        retriever.sync(cfg.retrieval.default_collection, on_progress=bar)  # minutes on a big corpus: show it
     return Pipeline(cfg, store=store, retriever=retriever, policies=policies)
 
 
@@ -91,7 +93,8 @@ def _open_pg_pipeline(dataset: str | Path, cfg: RagConfig, base: Path, progress:
     if report.failed:
         raise RuntimeError(f"ingesting {corpus} failed: {report.summary()}")
     retriever = PgRetriever.from_config(cfg.retrieval, store, base / "indexes-pg", cache_path=base / "embeddings.sqlite")
-    retriever.sync(collection)
+    with index_progress(f"embedding/indexing {Path(dataset).name}", progress) as bar:
+        retriever.sync(collection, on_progress=bar)
     return Pipeline(cfg, store=store, retriever=retriever, policies=policies)
 
 

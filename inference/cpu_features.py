@@ -32,8 +32,23 @@ def _cpuinfo() -> tuple[frozenset[str], str]:
     return flags, model
 
 
+# `RAG_CPU_ISA=avx2|avx512` masks the flags above that level, so the engine's decisions (bf16,
+# int8, kernel paths) can be measured as an AVX2-only or AMX-less CPU would make them. Pair it with
+# ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA for torch's own kernels (docs/performance.md).
+_ABOVE = {
+    "avx2": ("avx512", "avx_vnni", "amx"),
+    "avx512": ("amx",),
+}
+
+
 def cpu_flags() -> frozenset[str]:
-    return _cpuinfo()[0]
+    import os
+
+    flags = _cpuinfo()[0]
+    cap = os.environ.get("RAG_CPU_ISA", "").strip().lower()
+    if cap in _ABOVE:
+        flags = frozenset(f for f in flags if not f.startswith(_ABOVE[cap]))
+    return flags
 
 
 def cpu_model() -> str:
