@@ -42,8 +42,18 @@ def closeness(ref, cand, n_tokens: int) -> tuple[float, float]:
     return hits / total, ppl[1] / ppl[0]
 
 
+def _needs_int8_dot() -> None:
+    """int8 is refused on CPUs without VNNI/AMX-INT8 (it would be slower than float there; the
+    refusal itself is tested with explicit flags in test_engine_gguf_blocks.py)."""
+    from inference.cpu_features import cpu_model, has_int8_dot
+
+    if not has_int8_dot():
+        pytest.skip(f"quantization: int8 is refused on this CPU ({cpu_model()}: no VNNI/AMX-INT8)")
+
+
 @pytest.fixture(scope="module")
 def int8_llm(engine_factory):
+    _needs_int8_dot()
     return engine_factory(num_blocks=64, quantization="int8")
 
 
@@ -70,6 +80,7 @@ def test_int8_close_to_float32_qwen(qwen_name):
     (per-tensor activation scales: 0.80 and +15%)."""
     from inference import LLM
 
+    _needs_int8_dot()
     ref = LLM(qwen_name, num_blocks=32, dtype="float32", quantization="none")
     cand = LLM(qwen_name, num_blocks=32, quantization="int8")
     agree, ppl_ratio = closeness(ref, cand, 48)
@@ -91,8 +102,10 @@ def test_dtype_auto_follows_cpu_flags(monkeypatch):
     assert EngineConfig(quantization="none").resolved_dtype("cpu") == torch.bfloat16
 
 
-def test_cpu_flags_read_from_proc():
+def test_cpu_flags_read_from_proc(monkeypatch):
     from inference.cpu_features import cpu_flags
+
+    monkeypatch.delenv("RAG_CPU_ISA", raising=False)  # the unmasked flags
 
     try:
         text = Path("/proc/cpuinfo").read_text()
