@@ -65,8 +65,9 @@ class EngineConfig(BaseModel):
 
     def resolved_dtype(self, device: str, plan: QuantPlan | None = None) -> torch.dtype:
         """`dtype: auto`: bf16 on CUDA and on CPUs with native bf16 GEMMs for float weights;
-        float32 activations for int8 and GGUF-block layers (their kernels take float32; bf16
-        activations were not measured faster with the GGUF kernels, so they stay float32).
+        float32 activations for int8 and GGUF-block layers (their kernels take float32; a GGUF
+        layer switches to a transient bf16 GEMM by itself for >= 128-row prompt chunks, where that
+        measured faster, so the model dtype stays float32).
         `plan` (a `QuantPlan`) avoids deciding `auto` twice."""
         import torch
 
