@@ -213,7 +213,10 @@ class GGUFLinear(nn.Module):
 
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Only the output rows `rows` (int64 [R]) -> [..., R]: for a head whose logits a
-        constraint limits to a few tokens (the rest are never computed)."""
+        constraint limits to a few tokens (the rest are never computed). Always the block kernels,
+        so it equals `forward`'s columns for fewer than `DENSE_MIN_ROWS` rows of x (the logits
+        rows of a step); not yet called by the engine (logits processors mask full-vocabulary
+        logits after the head, and log-probs normalise over the whole vocabulary)."""
         shape = x.shape
         xf = x.reshape(-1, self.in_features).float().contiguous()
         rows = rows.to(torch.long)
