@@ -31,15 +31,27 @@ def shared_datasets() -> Path:
     return SHARED_DATASETS
 
 
-@pytest.fixture(scope="session")
-def postgres_server():
-    """A real PostgreSQL + pgvector for the session (temp dir, 127.0.0.1, stopped by PID at the end)."""
+def _start_postgres():
     from indexing.pg_local import LocalPostgres, PostgresUnavailable
 
     try:
-        pg = LocalPostgres().start()
+        return LocalPostgres().start()
     except (PostgresUnavailable, ImportError) as e:
         pytest.skip(f"no PostgreSQL with pgvector can be started here: {e}")
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL + pgvector for the session (temp dir, 127.0.0.1, stopped by PID at the end)."""
+    pg = _start_postgres()
+    yield pg
+    pg.cleanup()
+
+
+@pytest.fixture
+def own_postgres():
+    """A server of the test's own, for tests that kill, restart or reconfigure it."""
+    pg = _start_postgres()
     yield pg
     pg.cleanup()
 

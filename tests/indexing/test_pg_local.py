@@ -27,14 +27,9 @@ def _not_serving(text: str) -> bool:
 
 
 @pytest.fixture
-def own_primary():
+def own_primary(own_postgres):
     """A server of this test's own (the test changes who may replicate from it)."""
-    try:
-        pg = LocalPostgres().start()
-    except (PostgresUnavailable, ImportError) as e:
-        pytest.skip(f"no PostgreSQL with pgvector can be started here: {e}")
-    yield pg
-    pg.cleanup()
+    return own_postgres
 
 
 def test_start_waits_for_a_postmaster_that_listens_late():

@@ -51,7 +51,7 @@ def test_chunk_preview_and_config_errors(workdir):
     chunks = json.loads(r.stdout)
     assert chunks and chunks[0]["section"] == "Alpha" and chunks[0]["granularity"].startswith("recursive")
     r = rag("search", "x", "--set", "retrieval.mode=sparse")
-    assert r.returncode == 2 and "retrieval.mode" in r.stderr and "'bm25', 'dense' or 'hybrid'" in r.stderr
+    assert r.returncode == 2 and "retrieval.mode" in r.stderr and "'bm25', 'dense', 'hybrid' or 'graph'" in r.stderr
     r = rag("config", "check", "--set", "indexing.chunking.chunk_sise=3")
     assert r.returncode == 2 and "unknown key; allowed keys: chunkers" in r.stderr
 

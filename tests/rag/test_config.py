@@ -63,7 +63,7 @@ def test_bad_value_names_path_and_allowed_values():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["retrieval.mode=sparse"])
     msg = str(e.value)
-    assert "retrieval.mode" in msg and "'bm25', 'dense' or 'hybrid'" in msg and "sparse" in msg
+    assert "retrieval.mode" in msg and "'bm25', 'dense', 'hybrid' or 'graph'" in msg and "sparse" in msg
 
 
 def test_unknown_top_level_section():

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 
 import httpx
-import pytest
 
-from indexing.pg_local import LocalPostgres, PostgresUnavailable, free_port
+from indexing.pg_local import free_port
 from tests.rag.conftest import serve_in_thread
 
 
@@ -29,17 +28,6 @@ def test_database_down_at_startup_names_masked_dsn(tmp_path):
     finally:
         srv.should_exit = True
         th.join(timeout=20)
-
-
-@pytest.fixture
-def own_postgres():
-    """A server of its own: this test kills it."""
-    try:
-        pg = LocalPostgres().start()
-    except (PostgresUnavailable, ImportError) as e:
-        pytest.skip(f"no PostgreSQL with pgvector can be started here: {e}")
-    yield pg
-    pg.cleanup()
 
 
 def test_connection_dropped_mid_service_is_503_then_recovers(own_postgres, pipeline, corpus_dir):

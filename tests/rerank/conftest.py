@@ -52,6 +52,6 @@ def smollm2_engine():
     pytest.importorskip("inference")
     from inference import LLM
 
-    # fp32: the engine compressor test compares its log-probs with the fp32 transformers copy
-    # (dtype auto is bf16 on AVX512-BF16 CPUs, which moves them by ~0.05)
-    return LLM("smollm2", num_blocks=256, max_num_seqs=16, dtype="float32")
+    # fp32 float weights: the engine compressor test compares its log-probs with the fp32 transformers copy
+    # (bf16 moves them by ~0.05, GGUF blocks with 8-bit activations by up to ~0.5)
+    return LLM("smollm2", num_blocks=256, max_num_seqs=16, dtype="float32", quantization="none")
