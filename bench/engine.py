@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from inference import LLM, SamplingParams  # noqa: E402
+from inference.layers.gguf_linear import weight_bytes  # noqa: E402
 
 _VOCAB = ("retrieval index passage citation answer context model token cache block memory query rank "
           "document chunk vector sparse dense fusion score prompt system user policy evidence source "
@@ -230,6 +231,7 @@ def main() -> None:
 
     llm = LLM(args.model, dtype=args.dtype, device=args.device, max_num_seqs=64, max_num_batched_tokens=2048,
               kv_cache_memory=2.0, enforce_eager=not args.cuda_graphs, quantization=args.quantization)
+    rss_load_mb = _rss_mb()
     tok = llm.tokenizer
     system, prompts = workload(tok, n)
     prompt_tokens = sum(len(p) for p in prompts)
@@ -243,6 +245,10 @@ def main() -> None:
     llm.generate([prompts[0][:64]], SamplingParams(temperature=0.0, max_tokens=4))
     if hf is not None:
         run_hf(hf, [prompts[0][:64]], 4, 1, pad)
+    # one request alone first, on the fresh engine (llama.cpp gets the same, fresh, below)
+    decode_prompt = prompts[0][-120:]
+    prefill_prompt = (system + prompts[1][len(system):])[:1000]
+    single = single_stream(llm, decode_prompt, prefill_prompt, args.single_new)
     llm.clear_prefix_cache()
 
     e_time, outs = run_engine(llm, prompts, args.max_new)
@@ -256,16 +262,12 @@ def main() -> None:
     t_cached = ttft(llm, system, tails, caching=True)
     t_cold = ttft(llm, system, tails, caching=False)
 
-    decode_prompt = prompts[0][-120:]
-    prefill_prompt = (system + prompts[1][len(system):])[:1000]
-    single = single_stream(llm, decode_prompt, prefill_prompt, args.single_new)
-
     l_time = None
     l_single: dict = {}
     if args.llama_cpp and not _no_llama_cpp():
-        l_time = run_llama_cpp(args.model, prompts, args.max_new, torch.get_num_threads())
         l_single = llama_cpp_single_stream(args.model, decode_prompt, prefill_prompt, args.single_new,
                                            torch.get_num_threads())
+        l_time = run_llama_cpp(args.model, prompts, args.max_new, torch.get_num_threads())
 
     res = {
         "requests": n,
@@ -297,7 +299,8 @@ def main() -> None:
         **l_single,
         **cpu_description(),
         "kernels": kernel_description(),
-        "engine_weight_bytes": llm.engine.model_weight_bytes() if hasattr(llm.engine, "model_weight_bytes") else None,
+        "engine_weight_bytes": weight_bytes(llm.engine.model),
+        "engine_rss_after_load_mb": rss_load_mb,
     }
     if l_single:
         res["decode_ratio_vs_llama_cpp"] = single["decode_tok_s"] / l_single["llama_cpp_decode_tok_s"]
@@ -339,6 +342,12 @@ def _gguf_quant(model: str) -> str:
 
     entry = find_entry(model)
     return entry.quantization if entry else "GGUF"
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
 
 
 def _no_llama_cpp() -> bool:
