@@ -21,7 +21,7 @@ from .state import Admission, Progress, ServerState
 def _wait_for_database(cfg: RagConfig, progress: Progress) -> None:
     """A database (or read replica) still starting up or in recovery is waited for, up to
     `storage.connect_wait_s`, with `/ready` saying so, instead of failing the start-up."""
-    from indexing.pg_store import mask_dsn, wait_for_server
+    from indexing.pg_connect import mask_dsn, wait_for_server
 
     for dsn in filter(None, [cfg.storage.resolved_dsn(), cfg.storage.resolved_read_dsn()]):
         progress.start(f"connecting to PostgreSQL at {mask_dsn(dsn)}")

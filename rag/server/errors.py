@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from indexing.pg_store import StoreUnavailable
+from indexing.pg_connect import StoreUnavailable
 
 log = logging.getLogger("rag.server")
 

@@ -114,7 +114,7 @@ class PgJobStore:
     SQLite one), so a restarted server, or any replica sharing the database, sees them."""
 
     def __init__(self, dsn: str, statement_timeout_ms: int = 30000):
-        from indexing.pg_store import connect
+        from indexing.pg_connect import connect
 
         self._db = connect(dsn, statement_timeout_ms=statement_timeout_ms)
         self._lock = threading.Lock()

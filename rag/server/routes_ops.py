@@ -8,7 +8,7 @@ from pathlib import Path
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 
-from indexing.pg_store import StoreUnavailable
+from indexing.pg_connect import StoreUnavailable
 from inference.protocols import StreamingGenerator
 
 from .deps import get_state, ready_pipeline

@@ -12,8 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from indexing.pg_connect import StoreUnavailable, connect
 from indexing.pg_local import LocalPostgres, PostgresUnavailable
-from indexing.pg_store import PgDocumentStore, StoreUnavailable, connect
+from indexing.pg_store import PgDocumentStore
 from tests.readiness import scaled, wait_for
 
 # What a standby that is up but not serving answers (SQLSTATE 57P03): "starting up" while it waits
