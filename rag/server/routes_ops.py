@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from fastapi import APIRouter, Query, Request
@@ -27,7 +28,8 @@ async def health():
 async def ready(request: Request):
     st = get_state(request)
     reason = st.progress.reason()
-    body = {"ready": st.ready, "error": st.load_error, "reason": st.load_error or reason}
+    # worker_pid: which process answered (`rag serve --replicas N` runs N, each loading its own engine)
+    body = {"ready": st.ready, "error": st.load_error, "reason": st.load_error or reason, "worker_pid": os.getpid()}
     if not st.ready:
         return JSONResponse(body, status_code=503)
     pipe = st.pipeline

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from indexing.pg_local import free_port
-from tests.readiness import process_alive, wait_http
+from tests.readiness import process_alive, wait_for, wait_http
 
 
 @pytest.mark.slow
@@ -44,6 +44,18 @@ def test_two_replicas_share_the_database(pg_dsn, corpus_dir, tmp_path):
                   alive=process_alive(proc), log=tmp_path / "serve.log")
         workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
         assert len(workers) == 2
+        # each worker loads its own engine: wait until both have said ready (the first 200 came from
+        # one of them; a request to the other one meanwhile is a correct 503 "loading")
+        ready_pids: set[int] = set()
+
+        def both_ready() -> bool:
+            r = httpx.get(base + "/ready", timeout=10)
+            if r.status_code == 200:
+                ready_pids.add(r.json()["worker_pid"])
+            return ready_pids == {w.pid for w in workers}
+
+        wait_for(both_ready, "both replicas became ready", timeout=600, alive=process_alive(proc),
+                 log=tmp_path / "serve.log", interval=0.05)
         with PgDocumentStore(pg_dsn) as store:  # written behind the replicas' backs
             text = "The quokka is a small marsupial found on Rottnest Island."
             doc = Document(doc_id="quokka", text=text, source="animals/quokka.md", title="Quokka")
