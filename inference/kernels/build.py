@@ -5,7 +5,7 @@ and picks one at run time, so a cached build also runs on another CPU of the sam
 The build happens in a temporary directory that is renamed into place, so a killed build never
 leaves a half-written library that a later process would load.
 
-`python -m inference.kernels.build` builds if needed and prints one line; it exits 0 even when
+`python -m inference.kernels` builds if needed and prints one line; it exits 0 even when
 the build fails (the engine then keeps its float32 path), printing why.
 """
 
@@ -146,23 +146,3 @@ def _run(cmd: list[str], verbose: bool, what: str) -> None:
         text = (proc.stderr or proc.stdout or "no output").splitlines()
         first = next((ln for ln in text if "error" in ln), text[0] if text else "no output")
         raise BuildError(f"{what} failed: {first.strip()}")
-
-
-def main() -> int:
-    verbose = "-v" in sys.argv[1:]
-    try:
-        path = build(verbose=verbose)
-    except (BuildError, OSError, ImportError) as exc:
-        print(f"ragk kernels: not built: {exc}")
-        return 0
-    from inference.kernels import ops
-
-    if ops.available():
-        print(f"ragk kernels: isa={ops.isa()} (supported: {','.join(ops.supported_isas())}) library={path}")
-    else:
-        print(f"ragk kernels: built {path} but it does not load: {ops.load_error()}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
