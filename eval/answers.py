@@ -19,11 +19,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from indexing.language import CJK_RANGES
+
 Mode = Literal["auto", "en", "zh"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
-_ZH_TOKENS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]|[a-z0-9]+")
+_CJK = re.compile(f"[{CJK_RANGES}]")
+_ZH_TOKENS = re.compile(f"[{CJK_RANGES}]|[a-z0-9]+")
 _EN_PUNCT = set(string.punctuation)
 
 

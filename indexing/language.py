@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import re
 
+# Kana, CJK ideographs (ext. A, unified, compatibility) and Hangul syllables, as a character-class
+# body: the one definition of "CJK character" for analyzers, entity extraction and answer scoring.
+CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+
 _WORD = re.compile(r"[a-zà-ÿ]+")
 _HAN = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
 _KANA = re.compile(r"[\u3040-\u30ff]")

@@ -25,9 +25,10 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from indexing.language import CJK_RANGES as _CJK
+
 from .config import AnalyzerConfig
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _WORD = rf"[^\W_{_CJK}]+(?:['’][^\W_{_CJK}]+)*"
 _TOKEN_RE = re.compile(rf"([{_CJK}]+)|({_WORD})")
 _WORD_RE = re.compile(_WORD)

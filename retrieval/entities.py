@@ -25,13 +25,14 @@ import re
 import unicodedata
 from functools import lru_cache
 
+from indexing.language import CJK_RANGES as _CJK
+
 from .analyzer import ENGLISH_STOPWORDS, simplified_table
 
 # Bump when extraction changes what it returns: it is part of the index manifest (and of the eval
 # index keys), so a graph built by an older extractor is rebuilt instead of silently mixed.
 EXTRACTOR_VERSION = 1
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 # words (letters/digits, inner apostrophes, dots, hyphens, ampersands), CJK runs, and the
 # punctuation that ends a name (kept as tokens so a run never crosses them)
 _TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+(?:['’.\-&][^\W_{_CJK}]+)*)|([.!?;:,()\[\]\"“”«»/]|\s-\s)")
