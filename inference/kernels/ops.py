@@ -21,11 +21,13 @@ __all__ = [
     "block_size",
     "dequantize",
     "dequantize_rows",
+    "has_gemm",
     "isa",
     "load_error",
     "quant_matmul",
     "quant_matmul_rows",
     "row_bytes",
+    "set_gemm_min_rows",
     "set_isa",
     "supported_isas",
 ]
@@ -110,6 +112,20 @@ def set_isa(name: str | None) -> None:
         raise ValueError(f"ISA {name!r} is not supported on this CPU; supported: {supported_isas()}")
 
 
+def has_gemm(qtype: int) -> bool:
+    """Whether the active path has the panel GEMM for this type (else many rows use row kernels)."""
+    _require()
+    return bool(torch.ops.ragk.has_gemm(qtype))
+
+
+def set_gemm_min_rows(rows: int) -> int:
+    """From how many activation rows the panel GEMM runs (0 = never); returns the previous value.
+    Default 16 (RAG_GEMM_MIN_ROWS overrides): below it packing 8 weight rows costs more than it
+    saves. Tests force each path with it; benchmarks compare them."""
+    _require()
+    return int(torch.ops.ragk.set_gemm_min_rows(int(rows)))
+
+
 def _op(name: str):
     """The op's overload, looked up once (the dispatcher call is most of a small GEMV's cost)."""
     op = _ops.get(name)
@@ -133,10 +149,12 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
 def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
     """x [..., K] (float32 or bf16) @ dequant(w [N, row_bytes]).T -> float32 [..., N].
 
-    M == 1 is a GEMV; larger M quantises x once and reuses each weight row across all rows of x.
-    Measured on a 2-core Zen 5: GEMVs 3-8x faster than fp32 F.linear on the dequantised weight
-    and M=8 2-5x, but at M=64 about 1-1.8x fp32 only, where a bf16 F.linear (AVX512-BF16) is
-    ~3x faster still: large prefills may prefer a bf16 copy on such CPUs.
+    M == 1 is a GEMV; up to `set_gemm_min_rows` rows the row kernels reuse each unpacked weight
+    block for 4 activation rows; from there the panel GEMM packs 8 weight rows at a time and
+    runs them against all rows. Measured on a 2-core Zen 5 (1 thread, busy box), AVX2 path:
+    GEMVs 3-8x faster than fp32 F.linear on the dequantised weight; at M=64-512 the panel GEMM
+    is 2-3.5x the row kernels and 1.5-3x fp32, while a bf16 F.linear (AVX512-BF16) is still
+    ~1.7x faster at M >= 128 (gguf_linear's DENSE_MIN_ROWS rule uses it there).
     """
     out = _op("quant_matmul")(_as_2d(x), w, qtype, k)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])

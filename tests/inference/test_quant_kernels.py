@@ -258,3 +258,104 @@ def test_isa_selection():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "scalar"
+
+
+GEMM_TYPES = [t for t in ALL if F.block_size(t) > 1]
+
+
+@pytest.fixture()
+def gemm_rows():
+    """Restores the panel-GEMM threshold after a test forces it."""
+    before = ops.set_gemm_min_rows(16)
+    yield ops.set_gemm_min_rows
+    ops.set_gemm_min_rows(before)
+    ops.set_isa(None)
+
+
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
+def test_panel_gemm_matches_row_kernels(qtype: int, gemm_rows):
+    """Catches a panel GEMM bug (transpose order, partial last panel, int16 overflow of the
+    unsigned-weight products, K-format scale/offset lanes, the m % 4 tail) on every path that has
+    it: forced on from M=1, it must equal the row kernels (same 8-bit activations, only float
+    summation order differs) and the float64 reference that quantises x the same way, with N=37
+    (four full panels and one of 5 rows) and M in {1, 5, 16, 33}."""
+    n = 37
+    for k in k_values(qtype):
+        w = make_weights(qtype, n, k, seed=11)
+        wt = torch.from_numpy(w)
+        wdq = ref_dequant(w, qtype).astype(np.float64)
+        for m in (1, 5, 16, 33):
+            x = np.random.default_rng(m + k).standard_normal((m, k)).astype(np.float32)
+            exact = quantise_x_like_kernel(x, qtype) @ wdq.T
+            for isa in ops.supported_isas():
+                ops.set_isa(isa)
+                gemm_rows(0)
+                rows_out = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+                gemm_rows(1)
+                out = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+                ctx = f"{F.type_name(qtype)} K={k} M={m} isa={isa} gemm={ops.has_gemm(qtype)}"
+                assert rel_max(out, rows_out) < 1e-5, ctx
+                assert rel_max(out, exact) < 1e-5, ctx
+
+
+def test_panel_gemm_is_used_where_built(gemm_rows):
+    """Catches the dispatch silently never reaching the panel GEMM (a wrong threshold or table
+    entry): where the active x86 path has it, forcing it on and off must give different float
+    summation orders on a large product (and the same values to 1e-5)."""
+    if not any(ops.has_gemm(t) for t in GEMM_TYPES):
+        pytest.skip(f"no panel GEMM on this path ({ops.isa()})")
+    assert ops.has_gemm(F.Q4_K) and ops.has_gemm(F.Q5_0) and ops.has_gemm(F.Q6_K)
+    k = 2048
+    w = torch.from_numpy(make_weights(F.Q4_K, 64, k, seed=2))
+    x = torch.randn(48, k)
+    gemm_rows(0)
+    a = ops.quant_matmul(x, w, F.Q4_K, k)
+    gemm_rows(16)
+    b = ops.quant_matmul(x, w, F.Q4_K, k)
+    assert not torch.equal(a, b)
+    assert rel_max(b.numpy(), a.numpy()) < 1e-5
+
+
+@pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q6_K], ids=F.type_name)
+def test_panel_gemm_rows_and_threads(qtype: int, gemm_rows):
+    """Catches the GEMM packing the wrong weight rows for quant_matmul_rows (the constrained
+    output head) and thread-dependent panel splits: columns of a row subset equal those of the
+    full product bit for bit, and 1 vs 2 threads give identical bits."""
+    gemm_rows(1)
+    k = 512
+    w = torch.from_numpy(make_weights(qtype, 301, k, seed=4))
+    x = torch.randn(20, k)
+    rows = torch.tensor([300, 7, 7, 0, 150, 8, 9, 10, 11, 12, 13], dtype=torch.int64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        full1 = ops.quant_matmul(x, w, qtype, k)
+        torch.set_num_threads(2)
+        full2 = ops.quant_matmul(x, w, qtype, k)
+        part = ops.quant_matmul_rows(x, w, qtype, k, rows)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(full1, full2)
+    assert torch.equal(part, full1[:, rows])
+
+
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
+def test_panel_gemm_extreme_values_do_not_saturate(qtype: int, gemm_rows):
+    """Catches int16 saturation in the GEMM's unsigned-weight products (maddubs clamps at 32767):
+    every weight at its largest value (all bits set) against activations that all quantise to
+    +127 or -127 is the worst case for every partial sum; the result must still equal scalar."""
+    k = F.block_size(qtype) * 4
+    bs, bb = F.BLOCKS[qtype]
+    blocks = np.full((16, k // bs, bb), 0xFF, np.uint8)
+    for off in SCALE_FIELDS[qtype]:
+        blocks[:, :, off : off + 2] = np.array([0.01], np.float16).view(np.uint8)
+    w = torch.from_numpy(blocks.reshape(16, -1))
+    for sign in (1.0, -1.0):
+        x = torch.full((20, k), sign)
+        ops.set_isa("scalar")
+        base = ops.quant_matmul(x, w, qtype, k).numpy()
+        for isa in ops.supported_isas():
+            ops.set_isa(isa)
+            gemm_rows(1)
+            out = ops.quant_matmul(x, w, qtype, k).numpy()
+            assert rel_max(out, base) < 1e-5, f"{F.type_name(qtype)} isa={isa} sign={sign}"

@@ -3,9 +3,11 @@
 // Weight block layouts follow the GGUF spec (see formats.py for the byte maps).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace ragk {
 
@@ -171,12 +173,18 @@ using QuantFn = void (*)(const float* x, void* out, int64_t k);
 using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xstride, int mr, float* out,
                         int64_t ostride);
 
+// Output columns [j0, j1) (weight rows rows[j] or j) of all m activation rows, written to
+// out[i * ldo + j]: the panel GEMM (x86_gemm.inc). Null: the caller uses dotm / dot.
+using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
+                        const uint8_t* xq, size_t xrb, int64_t m, float* out, int64_t ldo);
+
 struct IsaTable {
   const char* name;
   QuantFn quant32;
   QuantFn quant256;
   DotFn dot[T_COUNT];
   DotMFn dotm[T_COUNT];
+  GemmFn gemm[T_COUNT];
 };
 
 // Each path fills the entries it implements; missing ones fall back to scalar.

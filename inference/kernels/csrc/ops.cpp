@@ -6,6 +6,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,14 @@ namespace ragk {
 namespace {
 
 constexpr int64_t kMTile = 32; // activation rows that share one weight row while it is in L1
+
+// From this many activation rows the panel GEMM (x86_gemm.inc) replaces the row kernels; below it
+// packing 8 weight rows costs more than it saves. RAG_GEMM_MIN_ROWS overrides (0 = never), and
+// set_gemm_min_rows lets tests force either path.
+std::atomic<int64_t> g_gemm_min_rows{[] {
+  const char* env = std::getenv("RAG_GEMM_MIN_ROWS");
+  return env ? int64_t(std::atoll(env)) : int64_t(16);
+}()};
 
 void check_type(int64_t qtype) {
   TORCH_CHECK_VALUE(qtype >= 0 && qtype < T_COUNT && block_elems(int(qtype)) > 0 &&
@@ -84,6 +94,17 @@ at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtyp
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t rb = w.size(1);
   float* o = out.data_ptr<float>();
+  const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
+  const GemmFn gemm = tb.gemm[t];
+  if (gemm != nullptr && gmin > 0 && m >= gmin) {
+    // Tasks are panels of 8 output columns; ~1M multiply-adds per task at least.
+    const int64_t panels = (n_out + 7) / 8;
+    const int64_t pgrain = std::max<int64_t>(1, (int64_t(1) << 20) / (8 * k * m));
+    at::parallel_for(0, panels, pgrain, [&](int64_t b, int64_t e) {
+      gemm(k, wp, rb, rows, b * 8, std::min(n_out, e * 8), xq, xrb, m, o, n_out);
+    });
+    return out;
+  }
   // ~1M multiply-adds (tens of microseconds) per task: smaller shapes stay on the calling thread,
   // where waking a second OpenMP thread would cost more than it saves (much more on busy cores).
   const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 20) / (k * std::min<int64_t>(m, kMTile)));
@@ -152,6 +173,12 @@ bool set_isa_op(std::string name) { return select_isa(name.c_str()); }
 
 int64_t row_bytes_op(int64_t qtype, int64_t k) { return row_bytes_checked(qtype, k); }
 
+int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(rows); }
+
+bool has_gemm_op(int64_t qtype) {
+  return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
+}
+
 }  // namespace
 }  // namespace ragk
 
@@ -165,4 +192,6 @@ TORCH_LIBRARY(ragk, m) {
   m.def("supported_isas() -> str", &ragk::supported_op);
   m.def("set_isa(str name) -> bool", &ragk::set_isa_op);
   m.def("row_bytes(int qtype, int k) -> int", &ragk::row_bytes_op);
+  m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
+  m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
 }

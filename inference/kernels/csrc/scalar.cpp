@@ -223,6 +223,7 @@ void fill_scalar(IsaTable& t) {
   t.quant256 = quant256;
   for (auto& f : t.dot) f = nullptr;
   for (auto& f : t.dotm) f = nullptr;
+  for (auto& f : t.gemm) f = nullptr;
   t.dot[T_F32] = dot_f32;
   t.dot[T_F16] = dot_f16;
   t.dot[T_BF16] = dot_bf16;
