@@ -13,7 +13,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -171,6 +171,79 @@ def contains_answer(text: str, answers: Iterable[str]) -> bool:
         elif normalize_answer(a) and f" {normalize_answer(a)} " in en:
             return True
     return False
+
+
+# Words that carry no checkable fact: function words and the meta-talk of long answers ("based on
+# the information provided in the passage").
+_FUNCTION_WORDS_TEXT = """
+a an the and or but if then than so as of in on at to for from by with without about into over under
+after before between during per up out off is are was were be been being am do does did has have had
+will would can could shall should may might must it its this that these those there here he she they
+we you i his her their our your them him me us who whom whose which what when where why how not no
+also only just very more most some any each every all both such other another same one
+based according provided information passage passages context document documents text mentioned
+stated says said states given following answer
+"""
+_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
+_WORDS = re.compile(f"[{CJK_RANGES}]|(?:(?![{CJK_RANGES}])[^\\W_])+")
+_MARK = r"(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)"
+# A sentence ends at . ! ? before a space (not "4.80"), at 。！？ or at a line end; markers after it
+# on the same line stay with it.
+_SENTENCE = re.compile(rf"\S.*?(?:(?:[.!?](?=\s|$|\[|【)|[。！？])(?:[ \t]*{_MARK})*|(?=\n)|$)", re.S)
+_MARKER_NUMBERS = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]|【(\d+)】")
+SUPPORT_MIN_SHARE = 0.8
+
+
+def _stem(word: str) -> str:
+    """Plural/tense folding good enough for "moorings" ~ "mooring", "opened" ~ "open"."""
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-cased words (CJK: characters) without function words; numbers split at punctuation
+    ("4.80" -> "4", "80") the same way on both sides of a comparison."""
+    words = _WORDS.findall(unicodedata.normalize("NFKC", text).lower())
+    return [_stem(w) for w in words if w not in _FUNCTION_WORDS]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a long answer, each with the `[n]` markers written after it."""
+    return [m.group(0).strip() for m in _SENTENCE.finditer(text)]
+
+
+def sentence_support(sentence: str, passages: Mapping[str, str], question: str = "",
+                     min_share: float = SUPPORT_MIN_SHARE) -> bool | None:
+    """Whether a long-answer sentence is supported by the passages its markers cite: every number in
+    it occurs in them (or in the question), and at least `min_share` of its other content words do.
+    None for a sentence with no content word (a bare marker). Deterministic and cheap on purpose:
+    it catches invented numbers, names and dates, not paraphrase, and never needs a model."""
+    words = content_words(strip_citation_markers(sentence))
+    if not words:
+        return None
+    cited = [n for m in _MARKER_NUMBERS.finditer(sentence) for n in re.split(r"\s*[,，]\s*", m.group(1) or m.group(2))]
+    evidence = " ".join(passages[n] for n in cited if n in passages)
+    if not evidence:
+        return False  # uncited, or citing a passage that was never shown
+    known = set(content_words(evidence))
+    asked = set(content_words(question))
+    if any(w.isdigit() and w not in known and w not in asked for w in words):
+        return False
+    plain = [w for w in words if not w.isdigit()]
+    return not plain or sum(w in known or w in asked for w in plain) / len(plain) >= min_share
+
+
+def supported_sentences(text: str, passages: Mapping[str, str], question: str = "") -> tuple[int, int]:
+    """(supported, counted) sentences of one long answer; see `sentence_support`."""
+    verdicts = [sentence_support(s, passages, question) for s in split_sentences(text)]
+    counted = [v for v in verdicts if v is not None]
+    return sum(counted), len(counted)
 
 
 def citation_scores(

@@ -164,7 +164,7 @@ def run_qa(args: argparse.Namespace) -> int:
         res = evaluate_qa(items, answer_fn(pipe, args.mode), progress=not args.no_progress,
                           dataset=Path(args.dataset).name, split=args.split,
                           config={**_config_summary(args), "mode": args.mode}, concurrency=args.concurrency,
-                          answers_path=args.answers)
+                          answers_path=args.answers, sentences=args.mode == "long")
     finally:
         pipe.close()
     _finish(res, args)

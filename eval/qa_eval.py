@@ -26,6 +26,7 @@ from eval.answers import (
     exact_match,
     is_refusal,
     strip_citation_markers,
+    supported_sentences,
     token_f1,
 )
 from eval.cache import QueryCache
@@ -52,6 +53,7 @@ class QAOutput:
     context_tokens_after: int | None = None
     prefix_cached_tokens: int | None = None
     signals: dict[str, float] = field(default_factory=dict)  # refusal signals (margin, span logprob)
+    passages: dict[str, str] = field(default_factory=dict)  # marker ("1") -> title + text the model saw
 
 
 AnswerFn = Callable[[str], Any]
@@ -87,12 +89,16 @@ def normalise_answer_output(out: Any) -> QAOutput:
     if text is None:
         text = get("answer", "")
     passages: dict[Any, str] = {}
+    shown: dict[str, str] = {}  # by marker, as the answer's [n] names them (supported_sentence_rate)
     for p in get("passages", None) or []:
-        ptext = p.get("text", "") if isinstance(p, Mapping) else getattr(p, "text", "")
+        pget = p.get if isinstance(p, Mapping) else (lambda k, d=None, p=p: getattr(p, k, d))
+        ptext = pget("text", "") or ""
         for key in ("marker", "chunk_id"):
-            v = p.get(key) if isinstance(p, Mapping) else getattr(p, key, None)
+            v = pget(key, None)
             if v is not None:
                 passages[v] = ptext
+        if pget("marker", None) is not None:
+            shown[str(pget("marker"))] = f"{pget('title', '') or ''}\n{ptext}".strip()
     tokens = get("tokens", None) or {}
     kw = {k: get(k, None) for k in COST_KEYS}
     for k, alias in (("tokens_in", "prompt"), ("tokens_out", "completion"), ("prefix_cached_tokens", "cached"),
@@ -104,10 +110,12 @@ def normalise_answer_output(out: Any) -> QAOutput:
         kw["context_tokens_before"], kw["context_tokens_after"] = comp.get("tokens_in"), comp.get("tokens_out")
     return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
                     timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None),
-                    signals=dict(get("signals", None) or {}), **kw)
+                    signals=dict(get("signals", None) or {}), passages=shown, **kw)
 
 
-def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None) -> dict[str, float]:
+def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None,
+               sentences: bool = False) -> dict[str, float]:
+    """One question's scores; `sentences` (long answers) also counts its supported sentences."""
     # Either signal counts: the pipeline's own flag, or a refusal phrase in the text.
     refused = bool(out.refused) or is_refusal(out.text, refusal)
     pred = "" if refused else strip_citation_markers(out.text)
@@ -116,11 +124,16 @@ def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig |
     if item.is_impossible:
         # the worst answer a RAG system can give: an invented fact shown with a citation
         s["cited_invention"] = float(not refused and bool(out.citations))
+        s["right"] = float(refused)
     else:
         s["answer_contained"] = float(contains_answer(pred, item.answers))  # long answers: F1 is diluted
+        s["right"] = s["answer_contained"]  # a refusal's prediction is empty: never contains
         cs = citation_scores(out.citations, item.answers, [item.gold_doc_id] if item.gold_doc_id else [])
         if cs is not None:
             s.update(cs)
+    if sentences and not refused:
+        s["supported_sentences"], s["sentences"] = map(float, supported_sentences(out.text, out.passages,
+                                                                                 item.question))
     return s
 
 
@@ -139,6 +152,7 @@ def evaluate_qa(
     warmup: bool = True,
     concurrency: int = 1,
     answers_path: str | Path | None = None,
+    sentences: bool = False,
 ) -> EvalResult:
     """Answer every question and score it (after one untimed warm-up answer when `warmup`).
 
@@ -150,7 +164,10 @@ def evaluate_qa(
     compression ratio and prefix-cache hit rate when the answer function reports them.
     `concurrency` > 1 answers that many questions at once (the engine batches them continuously;
     per-question latencies then include queueing behind the others). `answers_path` writes one
-    JSON line per question (`write_answers`).
+    JSON line per question (`write_answers`). `accuracy`: the share of questions answered right in
+    the user's sense: the answer contains a gold answer, or is a refusal where nothing answers.
+    `sentences` (long mode): `supported_sentence_rate`, the share of the answered questions'
+    sentences whose content the passage they cite supports (`eval.answers.sentence_support`).
     """
     outputs: dict[str, QAOutput] = {}
     todo = []
@@ -179,7 +196,7 @@ def evaluate_qa(
                 bar.update(1)
     finally:
         bar.close()
-    per_query = {it.id: score_item(it, outputs[it.id], mode, refusal) for it in items}
+    per_query = {it.id: score_item(it, outputs[it.id], mode, refusal, sentences) for it in items}
     if answers_path is not None:
         write_answers(answers_path, items, outputs, per_query)
     costs = aggregate_costs({"timings_ms": o.timings_ms, **{k: getattr(o, k) for k in COST_KEYS}}
@@ -204,7 +221,9 @@ def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[st
                    "is_impossible": it.is_impossible, "answer": out.text,
                    "citations": [c.doc_id for c in out.citations], "gold_doc_id": it.gold_doc_id,
                    "refused": bool(s["refused"]), "f1": s["f1"], "em": s["em"],
-                   **{k: s[k] for k in ("citation_precision", "citation_recall") if k in s},
+                   "right": bool(s["right"]),
+                   **{k: s[k] for k in ("citation_precision", "citation_recall", "supported_sentences", "sentences")
+                      if k in s},
                    "signals": out.signals, "latency_ms": round(out.timings_ms.get(TOTAL, 0.0), 1)}
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
@@ -217,7 +236,8 @@ def _mean(xs: list[float]) -> float:
 def _qa_metrics(items: Sequence[QAItem], pq: Mapping[str, Mapping[str, float]], costs: Mapping[str, Any]) -> dict[str, float]:
     ans = [pq[i.id] for i in items if not i.is_impossible]
     imp = [pq[i.id] for i in items if i.is_impossible]
-    m = {"em": _mean([s["em"] for s in pq.values()]), "f1": _mean([s["f1"] for s in pq.values()])}
+    m = {"em": _mean([s["em"] for s in pq.values()]), "f1": _mean([s["f1"] for s in pq.values()]),
+         "accuracy": _mean([s["right"] for s in pq.values()])}
     if imp:
         m["has_ans_em"] = _mean([s["em"] for s in ans])
         m["has_ans_f1"] = _mean([s["f1"] for s in ans])
@@ -226,6 +246,9 @@ def _qa_metrics(items: Sequence[QAItem], pq: Mapping[str, Mapping[str, float]], 
     m["false_refusal"] = _mean([s["refused"] for s in ans])
     if ans:
         m["answer_recall"] = _mean([s.get("answer_contained", 0.0) for s in ans])
+    counted = sum(s.get("sentences", 0.0) for s in pq.values())
+    if counted:  # micro-average: every sentence a user reads counts once
+        m["supported_sentence_rate"] = sum(s.get("supported_sentences", 0.0) for s in pq.values()) / counted
     cited = [s for s in ans if "citation_precision" in s]
     if cited:
         m["citation_precision"] = _mean([s["citation_precision"] for s in cited])

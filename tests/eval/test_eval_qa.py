@@ -175,3 +175,50 @@ def test_cited_inventions_and_answer_recall():
                       lambda q: by_q[q], progress=False, warmup=False)
     assert res.metrics["cited_invention_rate"] == 0.25 and res.metrics["answer_recall"] == 0.5
     assert res.metrics["refusal_acc"] == 0.5
+
+
+def test_sentence_support_rule():
+    """Catches: an invented number, date or name passing because most words match, a sentence judged
+    against a passage it does not cite, and paraphrase-level plurals/tenses or question words failing."""
+    from eval.answers import sentence_support, split_sentences, supported_sentences
+
+    shown = {"1": "Port Elvra\nThe harbour has 72 moorings. A boat over 10 metres pays 29 euros per night.",
+             "2": "Brenholt library\nThe librarian, Tomas Greve, has run the library since 2012."}
+    q = "How much does a night cost for a 14 metre boat?"
+    assert split_sentences("It has 72 moorings [1]. Tomas Greve runs it. [2] Done") == [
+        "It has 72 moorings [1].", "Tomas Greve runs it. [2]", "Done"]
+    assert sentence_support("Port Elvra harbour has 72 moorings [1].", shown)
+    assert sentence_support("A 14 metre boat pays 29 euros per night [1].", shown, q)  # 14 is the question's
+    assert not sentence_support("The harbour has 80 moorings [1].", shown)  # invented number
+    assert not sentence_support("The ferry leaves at 11:57 PM on Sunday [1].", shown)  # invented time
+    assert not sentence_support("Tomas Greve has run the library since 2012 [1].", shown)  # cites the wrong one
+    assert sentence_support("Tomas Greve has run the library since 2012 [1, 2].", shown)
+    assert not sentence_support("Tomas Greve has run the library since 2012.", shown)  # cites nothing
+    assert not sentence_support("Tomas Greve has run the library since 2012 [3].", shown)  # never shown
+    assert sentence_support("[1]", shown) is None  # no content: not counted
+    assert supported_sentences("The harbour has 72 moorings [1]. It was founded in 1850 [1].", shown) == (1, 2)
+
+
+def test_supported_sentence_rate_and_accuracy_through_evaluate_qa():
+    """The metric reads the passages the answer's markers name (an `Answer`'s own), counts only
+    answered questions' sentences, and is reported only for long answers; `accuracy` is gold
+    contained or a refusal where nothing answers."""
+    p1 = Passage(marker=1, chunk_id="c1", doc_id="d1", text="The XR-200 drone has a flight time of 42 minutes.",
+                 score=1.0, title="XR-200 manual")
+    cite = Citation(marker=1, chunk_id="c1", doc_id="d1", source="s")
+    answers = {
+        "How long does the XR-200 fly?": Answer(question="", text="The XR-200 flies for 42 minutes [1]. It charges "
+                                                "in 30 minutes [1].", citations=[cite], passages=[p1]),
+        "Who built the XR-200?": Answer(question="", text="I don't know.", refused=True, passages=[p1]),
+        "What does the XR-200 cost?": Answer(question="", text="The XR-200 drone costs 900 euros [1].",
+                                             citations=[cite], passages=[p1]),
+    }
+    items = [QAItem(id="a", question="How long does the XR-200 fly?", answers=["42 minutes"]),
+             QAItem(id="u1", question="Who built the XR-200?", answers=[], is_impossible=True),
+             QAItem(id="u2", question="What does the XR-200 cost?", answers=[], is_impossible=True)]
+    res = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False, sentences=True)
+    assert res.metrics["supported_sentence_rate"] == pytest.approx(1 / 3)  # 42 minutes yes; 30 min, 900 euros no
+    assert res.per_query["a"]["sentences"] == 2.0 and "sentences" not in res.per_query["u1"]
+    assert res.metrics["accuracy"] == pytest.approx(2 / 3) and res.metrics["cited_invention_rate"] == 0.5
+    short = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False)
+    assert "supported_sentence_rate" not in short.metrics
