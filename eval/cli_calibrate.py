@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rag.commands._common import config_from
+from rag.generation.auto_model import resolve_config_model
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -26,6 +27,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from rag.calibration import calibration_path, save_thresholds
 
     cfg = config_from(args)
+    resolve_config_model(cfg)  # entries are stored under the model's name, never under `auto`
     if not cfg.answer.grounded:
         print("error: calibration needs answer.grounded: true (the margin comes from the span decoder)",
               file=sys.stderr)
@@ -156,6 +158,7 @@ def run_probe(args: argparse.Namespace) -> int:
     from rag.prompt import clip_passage
 
     cfg = config_from(args)
+    resolve_config_model(cfg)  # entries are stored under the model's name, never under `auto`
     try:
         l2s = [float(v) for v in args.l2.split(",")]
     except ValueError:

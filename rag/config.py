@@ -54,6 +54,9 @@ class AnswerConfig(BaseModel):
         "grounded short mode: decode one span per passage, check each and give the one the calibrated span "
         "selector scores best (citing the passage it came from); null: when the calibration entry of the "
         "generator has a selector"))
+    latency_budget_s: float = Field(6.0, gt=0, description=(
+        "seconds a typical answer may take: `generator.engine.model: auto` picks the largest installed "
+        "catalogue model whose measured speed on this CPU fits (rag models list shows the choice)"))
     calibration: str = Field("calibration.json", description=(
         "file under storage.path where `rag eval calibrate` stores refusal thresholds per model"))
 

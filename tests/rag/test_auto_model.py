@@ -1,0 +1,221 @@
+"""`generator.engine.model: auto`: the decision rule on given measurements, the speed cache keyed by
+machine, one real probe, the config keys, and what `rag models list` prints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from inference.catalog import CATALOG, find_entry
+from rag.generation.auto_model import (
+    ANSWER_TOKENS,
+    PIN_ENV,
+    PROMPT_TOKENS,
+    Machine,
+    ProbeError,
+    Speed,
+    SpeedCache,
+    choose,
+    decide,
+    estimates,
+    probe,
+    resolve_config_model,
+    this_machine,
+)
+
+SIZES = [(e.name, e.size) for e in CATALOG]  # smollm2 < qwen2.5-0.5b < qwen2.5-1.5b
+MACHINE = Machine(cpu="Test CPU 9000", flags=("avx2", "fma"), kernel_isa="avx2", threads=2)
+
+
+@pytest.fixture
+def unpinned(monkeypatch):
+    monkeypatch.delenv(PIN_ENV, raising=False)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch, unpinned) -> Path:
+    """An empty model cache in which `installed` models are sparse files of the catalogued size
+    (`installed()` checks the size only): listing and deciding never read them."""
+    root = tmp_path / "models"
+    monkeypatch.setenv("RAG_CACHE_DIR", str(root))
+    return root
+
+
+def fake_install(root: Path, *names: str) -> None:
+    for n in names:
+        e = find_entry(n)
+        p = root / "packaged" / e.filename
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "wb") as f:
+            f.truncate(e.size)
+
+
+# ---- the rule --------------------------------------------------------------------------------------
+
+def test_largest_model_within_budget_wins():
+    c = decide(SIZES, {"qwen2.5-1.5b": 4.1, "qwen2.5-0.5b": 1.9, "smollm2": 0.3}, 6)
+    assert c.name == "qwen2.5-1.5b" and c.reason.startswith("qwen2.5-1.5b: 4.1 s ≤ budget 6 s")
+    c = decide(SIZES, {"qwen2.5-1.5b": 11.0, "qwen2.5-0.5b": 4.0, "smollm2": 0.3}, 6)
+    assert c.name == "qwen2.5-0.5b" and c.reason == "qwen2.5-0.5b: 4.0 s ≤ budget 6 s; qwen2.5-1.5b: 11.0 s > budget"
+
+
+def test_over_budget_takes_the_fastest_and_never_smollm2_when_others_exist():
+    c = decide(SIZES, {"qwen2.5-1.5b": 20.0, "qwen2.5-0.5b": 8.0, "smollm2": 0.5}, 6)
+    assert c.name == "qwen2.5-0.5b" and "no model meets the budget 6 s" in c.reason
+
+
+def test_static_rule_without_measurements():
+    c = decide(SIZES, {}, 6)
+    assert c.name == "qwen2.5-0.5b" and "static rule" in c.reason
+    # a measured fit beats an unmeasured bigger model: only measurements may claim speed
+    assert decide(SIZES, {"qwen2.5-0.5b": 3.0}, 6).name == "qwen2.5-0.5b"
+
+
+def test_smollm2_only_when_nothing_else_is_installed():
+    c = decide([("smollm2", 98362432)], {}, 6)
+    assert c.name == "smollm2" and "nothing else is installed" in c.reason
+    assert decide([], {}, 6).name is None
+
+
+def test_seconds_per_answer_and_estimates():
+    s = Speed(prefill_s=0.9, decode_s=0.05, prompt_tokens=PROMPT_TOKENS // 2)
+    assert s.seconds_per_answer == pytest.approx(1.8 + (ANSWER_TOKENS - 1) * 0.05)
+    sizes = dict(SIZES)
+    est = estimates({"qwen2.5-0.5b": 4.0, "qwen2.5-1.5b": None, "smollm2": None}, sizes)
+    assert est["qwen2.5-1.5b"] == pytest.approx(4.0 * sizes["qwen2.5-1.5b"] / sizes["qwen2.5-0.5b"])
+
+
+# ---- the cache, keyed by machine -------------------------------------------------------------------
+
+def test_cache_is_keyed_by_cpu_and_a_new_cpu_is_measured_again(cache_dir):
+    fake_install(cache_dir, "qwen2.5-0.5b")
+    cache = SpeedCache()
+    probes: list[tuple[str, Machine]] = []
+
+    def given(model: str, machine: Machine) -> Speed:  # the measurement this test gives
+        probes.append((model, machine))
+        return Speed(prefill_s=2.0, decode_s=0.1)
+
+    entry = find_entry("qwen2.5-0.5b")
+    cache.put(entry, MACHINE, Speed(prefill_s=1.0, decode_s=0.1))
+    lines: list[str] = []
+    c = choose(None, 6, cache=cache, machine=MACHINE, run_probe=given, log=lines.append)
+    assert (c.name, probes, lines) == ("qwen2.5-0.5b", [], [])  # cached: nothing measured, nothing said
+    other = replace(MACHINE, cpu="Other CPU 1000")
+    assert cache.get(entry, other) is None
+    for m in (other, replace(MACHINE, kernel_isa="avx512"), replace(MACHINE, threads=8)):
+        choose(None, 6, cache=cache, machine=m, run_probe=given, log=lines.append)
+    assert [m for _, m in probes] == [other, replace(MACHINE, kernel_isa="avx512"), replace(MACHINE, threads=8)]
+    assert len(lines) == 3 and "measuring qwen2.5-0.5b on this CPU once" in lines[0]
+    assert cache.get(entry, other).prefill_s == 2.0 and cache.get(entry, MACHINE).prefill_s == 1.0  # both kept
+    choose(None, 6, cache=cache, machine=other, run_probe=given, log=lines.append)
+    assert len(probes) == 3  # measured once per machine
+    saved = json.loads((cache_dir / "speed.json").read_text())
+    assert {r["cpu"] for r in saved.values()} == {"Test CPU 9000", "Other CPU 1000"}
+
+
+def test_measures_largest_first_and_stops_at_the_first_fit(cache_dir):
+    fake_install(cache_dir, "qwen2.5-0.5b", "qwen2.5-1.5b")
+    order: list[str] = []
+
+    def given(model: str, machine: Machine) -> Speed:
+        order.append(model)
+        return Speed(prefill_s=3.0, decode_s=0.1) if model == "qwen2.5-1.5b" else Speed(1.0, 0.05)
+
+    c = choose(None, 6, cache=SpeedCache(), machine=MACHINE, run_probe=given, log=lambda _: None)
+    assert order == ["qwen2.5-1.5b"] and c.name == "qwen2.5-1.5b"  # 3 + 23 * 0.1 = 5.3 s fits
+    c = choose(None, 4, cache=SpeedCache(), machine=MACHINE, run_probe=given, log=lambda _: None)
+    assert order == ["qwen2.5-1.5b", "qwen2.5-0.5b"] and c.name == "qwen2.5-0.5b"
+
+
+def test_a_failed_probe_falls_back_to_the_static_rule(cache_dir):
+    fake_install(cache_dir, "qwen2.5-0.5b", "qwen2.5-1.5b")
+
+    def broken(model: str, machine: Machine) -> Speed:
+        raise ProbeError(f"speed probe of {model} failed: out of memory")
+
+    lines: list[str] = []
+    c = choose(None, 6, cache=SpeedCache(), machine=MACHINE, run_probe=broken, log=lines.append)
+    assert c.name == "qwen2.5-0.5b" and "static rule" in c.reason
+    assert any("out of memory" in ln for ln in lines)
+
+
+def test_real_probe_measures_the_engine():
+    """The subprocess probe on the real engine (SmolLM2, a short prompt): positive times."""
+    from rag.config import RagConfig
+
+    s = probe("smollm2", this_machine(RagConfig().generator.engine), prompt_tokens=64, decode_tokens=4,
+              timeout_s=300)
+    assert s.prompt_tokens == 64 and s.prefill_s > 0 and s.decode_s > 0
+    assert s.seconds_per_answer > s.prefill_s
+
+
+# ---- config and resolution -------------------------------------------------------------------------
+
+def test_config_default_is_auto_and_the_budget_is_validated():
+    from rag.config import RagConfig, load_config
+    from rag.config_loader import ConfigError
+
+    cfg = RagConfig()
+    assert cfg.generator.engine.model == "auto" and cfg.answer.latency_budget_s == 6
+    assert load_config(None, ["answer.latency_budget_s=2.5"]).answer.latency_budget_s == 2.5
+    with pytest.raises(ConfigError, match="latency_budget_s"):
+        load_config(None, ["answer.latency_budget_s=0"])
+
+
+def test_resolution_replaces_auto_once(monkeypatch):
+    from rag.config import load_config
+
+    monkeypatch.setenv(PIN_ENV, "smollm2")
+    cfg = load_config(None)
+    assert resolve_config_model(cfg) == "smollm2" and cfg.generator.engine.model == "smollm2"
+    pinned = load_config(None, ["generator.engine.model=qwen2.5-0.5b"])
+    assert resolve_config_model(pinned) == "qwen2.5-0.5b"  # an explicit model is never replaced
+
+
+# ---- rag models list -------------------------------------------------------------------------------
+
+def _measured(cache_dir: Path, seconds: dict[str, float]) -> None:
+    from rag.config import RagConfig
+
+    machine = this_machine(RagConfig().generator.engine)
+    cache = SpeedCache(cache_dir / "speed.json")
+    for name, s in seconds.items():
+        cache.put(find_entry(name), machine, Speed(prefill_s=s - (ANSWER_TOKENS - 1) * 0.05, decode_s=0.05))
+
+
+def test_models_list_marks_the_auto_choice_and_why(cache_dir, capsys):
+    from rag.cli import main
+
+    fake_install(cache_dir, "qwen2.5-0.5b", "qwen2.5-1.5b")
+    _measured(cache_dir, {"qwen2.5-0.5b": 4.1, "qwen2.5-1.5b": 11.0})
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    line = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith(("qwen", "smollm2"))}
+    assert "4.1 s" in line["qwen2.5-0.5b"] and "<-" in line["qwen2.5-0.5b"]
+    assert "11.0 s" in line["qwen2.5-1.5b"] and "<-" not in line["qwen2.5-1.5b"]
+    assert "auto → qwen2.5-0.5b: 4.1 s ≤ budget 6 s; qwen2.5-1.5b: 11.0 s > budget" in out
+    assert "smollm2 is for tests and compression" in out
+    assert main(["models", "list", "--json", "--set", "answer.latency_budget_s=12"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["auto"]["model"] == "qwen2.5-1.5b" and data["auto"]["budget_s"] == 12
+    rows = {r["name"]: r for r in data["models"]}
+    assert rows["qwen2.5-1.5b"]["auto"] and rows["qwen2.5-1.5b"]["speed"] == "measured"
+
+
+def test_models_list_estimates_unmeasured_and_names_missing(cache_dir, capsys):
+    from rag.cli import main
+
+    fake_install(cache_dir, "qwen2.5-0.5b")
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "auto → qwen2.5-0.5b: not measured yet, static rule" in out and "qwen2.5-1.5b not installed" in out
+    fake_install(cache_dir, "qwen2.5-1.5b")
+    _measured(cache_dir, {"qwen2.5-0.5b": 3.0})
+    assert main(["models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
+    assert rows["qwen2.5-1.5b"]["speed"] == "estimated" and rows["qwen2.5-1.5b"]["seconds_per_answer"] > 6
+    assert rows["qwen2.5-0.5b"]["auto"]  # an estimate never claims the budget: 0.5B is the measured fit
