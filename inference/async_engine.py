@@ -49,11 +49,13 @@ class AsyncEngine:
 
     # ---- caller side ------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None, priority: int = 0) -> AsyncIterator[RequestOutput]:
+                    request_id: str | None = None, priority: int = 0,
+                    passage_spans: list[tuple[int, int]] | None = None) -> AsyncIterator[RequestOutput]:
         """Queue a request and return an async iterator of incremental outputs; leaving the
-        iteration early aborts the request."""
+        iteration early aborts the request. `passage_spans`: see `LLMEngine.prepare_request`."""
         loop = asyncio.get_running_loop()
-        state = self.engine.prepare_request(prompt, params, request_id=request_id, priority=priority)
+        state = self.engine.prepare_request(prompt, params, request_id=request_id, priority=priority,
+                                            passage_spans=passage_spans)
         rid = state.request_id
         out_q: asyncio.Queue = asyncio.Queue()
         with self._streams_lock:
@@ -84,9 +86,10 @@ class AsyncEngine:
                 self.abort(rid)
 
     async def generate(self, prompt: str | list[int], params: SamplingParams | None = None,
-                       request_id: str | None = None, priority: int = 0) -> RequestOutput | None:
+                       request_id: str | None = None, priority: int = 0,
+                       passage_spans: list[tuple[int, int]] | None = None) -> RequestOutput | None:
         last = None
-        async for out in self.add_request(prompt, params, request_id, priority):
+        async for out in self.add_request(prompt, params, request_id, priority, passage_spans):
             last = out
         return last
 

@@ -5,16 +5,30 @@ equal keys mean equal whole prefixes; hits are still verified against the stored
 Blocks nobody uses but that hold a cached prefix stay reusable until the allocator runs out of
 never-cached blocks and evicts them least-recently-used first. Shared blocks that a sequence must
 write into (the partial last block after an n>1 fork) are copied first (copy-on-write).
+
+With `track_content` (engine `cache_reuse`), cached blocks are also indexed by their own tokens,
+unchained, so `find_runs` can find a cached run of blocks at another position of a new prompt
+(llama.cpp's --cache-reuse); their K/V is then copied there re-rotated, never shared.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict, deque
+from typing import NamedTuple
 
 import numpy as np
 
 from inference.sequence import Sequence
+
+
+class Run(NamedTuple):
+    """Cached blocks `block_ids` (chain positions from `src_start`) hold the tokens of a new
+    prompt's [dst_start, dst_start + len(block_ids) * block_size)."""
+
+    dst_start: int
+    src_start: int
+    block_ids: list[int]
 
 
 def block_hash(parent: bytes | None, tokens) -> bytes:
@@ -38,7 +52,8 @@ class Block:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 track_content: bool = False) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.caching = enable_prefix_caching
@@ -56,6 +71,8 @@ class BlockManager:
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
+        # token tuple of a cached block -> ids of cached blocks holding it (cache_reuse only)
+        self.by_content: dict[tuple[int, ...], set[int]] | None = {} if track_content else None
 
     # ---- accounting -------------------------------------------------------------------
     @property
@@ -89,8 +106,7 @@ class BlockManager:
         else:
             bid, _ = self.evictable.popitem(last=False)
             b = self.blocks[bid]
-            del self.hash_to_block[b.hash]
-            b.hash, b.parent_hash, b.token_ids = None, None, None
+            self._forget(b)
             self.evictions += 1
         b.filled = 0
         self.mark_touched(b.block_id, zero=True)
@@ -180,7 +196,8 @@ class BlockManager:
         if not self.caching:
             return
         hashes = seq.block_hashes
-        for i in range(seq.num_hashed_blocks, done // bs):
+        exact = done if seq.hash_limit is None else min(done, seq.hash_limit)
+        for i in range(seq.num_hashed_blocks, exact // bs):
             tokens = seq.token_ids[i * bs:(i + 1) * bs]
             h = block_hash(hashes[i - 1] if i else None, tokens)
             if len(hashes) > i:
@@ -189,10 +206,8 @@ class BlockManager:
                 hashes.append(h)
             b = self.blocks[seq.block_table[i]]
             if h not in self.hash_to_block and b.hash is None:
-                b.hash, b.token_ids = h, tuple(tokens)
-                b.parent_hash = hashes[i - 1] if i else None
-                self.hash_to_block[h] = b.block_id
-        seq.num_hashed_blocks = max(seq.num_hashed_blocks, done // bs)
+                self._register(b, h, hashes[i - 1] if i else None, tokens)
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, exact // bs)
 
     def free(self, seq: Sequence) -> None:
         """Release every block of `seq` (finish, abort or preemption). Reverse order so a
@@ -203,6 +218,7 @@ class BlockManager:
         seq.num_computed_tokens = 0
         seq.num_hashed_blocks = 0
         seq.block_hashes = []
+        seq.hash_limit = None
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """Share all of parent's blocks with child (copy-on-write on the next write)."""
@@ -212,6 +228,7 @@ class BlockManager:
         child.num_computed_tokens = parent.num_computed_tokens
         child.block_hashes = list(parent.block_hashes)
         child.num_hashed_blocks = parent.num_hashed_blocks
+        child.hash_limit = parent.hash_limit
 
     def take_zeroes(self) -> list[int]:
         out, self.pending_zero = self.pending_zero, []
@@ -241,9 +258,8 @@ class BlockManager:
         bid = self.free_ids.popleft()
         self.mark_touched(bid, zero=False)  # the caller overwrites the whole block
         b = self.blocks[bid]
-        b.hash, b.parent_hash, b.token_ids = h, parent_hash, tuple(token_ids)
+        self._register(b, h, parent_hash, token_ids)
         b.filled = self.block_size
-        self.hash_to_block[h] = bid
         self.evictable[bid] = None
         return bid
 
@@ -252,11 +268,69 @@ class BlockManager:
         n = len(self.evictable)
         for bid in list(self.evictable):
             b = self.blocks[bid]
-            del self.hash_to_block[b.hash]
-            b.hash, b.parent_hash, b.token_ids, b.filled = None, None, None, 0
+            self._forget(b)
+            b.filled = 0
             self.free_ids.append(bid)
         self.evictable.clear()
         return n
+
+    def _register(self, b: Block, h: bytes, parent_hash: bytes | None, tokens) -> None:
+        b.hash, b.parent_hash, b.token_ids = h, parent_hash, tuple(tokens)
+        self.hash_to_block[h] = b.block_id
+        if self.by_content is not None:
+            self.by_content.setdefault(b.token_ids, set()).add(b.block_id)
+
+    def _forget(self, b: Block) -> None:
+        del self.hash_to_block[b.hash]
+        if self.by_content is not None:
+            ids = self.by_content.get(b.token_ids)
+            if ids is not None:
+                ids.discard(b.block_id)
+                if not ids:
+                    del self.by_content[b.token_ids]
+        b.hash, b.parent_hash, b.token_ids = None, None, None
+
+    def _chain_index(self, b: Block) -> int | None:
+        """Which block of its sequence `b` is (walks the parent hashes); None if a parent is gone."""
+        n = 0
+        while b.parent_hash is not None:
+            bid = self.hash_to_block.get(b.parent_hash)
+            if bid is None:
+                return None
+            b = self.blocks[bid]
+            n += 1
+        return n
+
+    def find_runs(self, tokens: list[int], regions: list[tuple[int, int]], min_tokens: int) -> list[Run]:
+        """Runs of >= `min_tokens` tokens (whole cached blocks, consecutive in their cached chain)
+        inside `regions` ([start, end) of `tokens`), longest candidate first at each position.
+        Cheap: one dict lookup per position, then hash-chained extension."""
+        if self.by_content is None or not self.by_content:
+            return []
+        bs = self.block_size
+        runs: list[Run] = []
+        for start, end in regions:
+            i = start
+            while i + bs <= end:
+                cands = self.by_content.get(tuple(tokens[i:i + bs]))
+                best: list[int] = []
+                for bid in cands or ():
+                    chain = [bid]
+                    while i + (len(chain) + 1) * bs <= end:
+                        nxt = tokens[i + len(chain) * bs:i + (len(chain) + 1) * bs]
+                        cid = self.hash_to_block.get(block_hash(self.blocks[chain[-1]].hash, nxt))
+                        if cid is None or self.blocks[cid].token_ids != tuple(nxt):
+                            break
+                        chain.append(cid)
+                    if len(chain) > len(best):
+                        best = chain
+                idx = self._chain_index(self.blocks[best[0]]) if best and len(best) * bs >= min_tokens else None
+                if idx is None:
+                    i += 1
+                    continue
+                runs.append(Run(i, idx * bs, best))
+                i += len(best) * bs
+        return runs
 
     def kv_efficiency(self) -> float:
         held = self.num_used * self.block_size

@@ -12,6 +12,26 @@ if TYPE_CHECKING:
     from inference.quant_mode import QuantPlan
 
 
+class PassageCacheConfig(BaseModel):
+    """`generator.engine.passage_cache`: KV of retrieved passages computed once, reused at any
+    position of later prompts (see `inference.kv_reuse`).
+
+    `max_gb` is the passage region of the KV pool (its own LRU, separate from the prefix cache, so
+    a full passage cache never takes blocks a request needs). `recompute_ratio` of the reused
+    passage tokens (those whose K/V on `check_layer`, 0-based, deviate most from a full prefill)
+    are recomputed on the later layers: 1.0 is a full prefill, 0 pure reuse. `disk_path` keeps
+    one keyed file per passage (write-through), read back after a restart.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    max_gb: float = Field(0.5, gt=0)
+    disk_path: str | None = None
+    recompute_ratio: float = Field(0.15, ge=0.0, le=1.0)
+    check_layer: int = Field(1, ge=0)
+
+
 class EngineConfig(BaseModel):
     """Knobs of the paged-KV engine.
 
@@ -23,6 +43,9 @@ class EngineConfig(BaseModel):
     `kv_cache_memory` is a budget for the K/V pools: a value <= 1 is a fraction of free memory
     (RAM on CPU, GPU memory on CUDA), a value > 1 is GiB. `num_blocks` overrides the budget
     (tests use it to force a tiny pool and hence preemption).
+
+    `passage_cache` and `cache_reuse` reuse K/V at shifted positions (RoPE models only; the engine
+    refuses them at start for a model without rotary embeddings).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -42,6 +65,10 @@ class EngineConfig(BaseModel):
     seed: int = 0
     enforce_eager: bool = True
     num_threads: int | None = Field(None, ge=1)
+    passage_cache: PassageCacheConfig = Field(default_factory=PassageCacheConfig)
+    # llama.cpp --cache-reuse: reuse runs of >= N cached tokens found at another position of a new
+    # prompt, K re-rotated by the position delta (0 = off; runs are whole cached blocks)
+    cache_reuse: int = Field(0, ge=0)
 
     @field_validator("model")
     @classmethod

@@ -19,7 +19,9 @@ class LLM:
 
     def generate(self, prompts: str | list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
-                 priorities: list[int] | None = None) -> list[RequestOutput]:
+                 priorities: list[int] | None = None,
+                 passage_spans: list[list[tuple[int, int]]] | None = None) -> list[RequestOutput]:
+        """`passage_spans[i]`: the passage token ranges of prompt i (the passage KV cache)."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # one prompt (text or token ids)
         params = sampling_params or SamplingParams()
@@ -29,7 +31,8 @@ class LLM:
         ids = []
         try:
             for i, (p, sp) in enumerate(zip(prompts, plist, strict=True)):
-                ids.append(self.engine.add_request(p, sp, priority=priorities[i] if priorities else 0))
+                ids.append(self.engine.add_request(p, sp, priority=priorities[i] if priorities else 0,
+                                                   passage_spans=passage_spans[i] if passage_spans else None))
         except Exception:
             for rid in ids:
                 self.engine.abort(rid)
@@ -80,6 +83,9 @@ class LLM:
 
     def clear_prefix_cache(self) -> int:
         return self.engine.bm.clear_cache()
+
+    def clear_passage_cache(self) -> int:
+        return self.engine.clear_passage_cache()
 
     def cached_prefixes(self, top: int = 10) -> list[dict]:
         return cached_prefixes(self.engine, top)

@@ -14,9 +14,11 @@ from inference import kv_cache
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
 from inference.errors import ContextOverflow, EmptyPrompt
+from inference.kv_reuse import KVReuse, require_rope
 from inference.model_loader import gguf_source, load_model, load_tokenizer, resolve_model_dir
 from inference.model_runner import ModelRunner
 from inference.outputs import RequestOutput
+from inference.passage_store import PassageStore
 from inference.postprocess import OutputProcessor
 from inference.request_state import RequestState
 from inference.sampling_params import SamplingParams
@@ -58,11 +60,26 @@ class LLMEngine:
             cap = -(-config.max_num_seqs * self.max_model_len // bs)  # more could never be used
             num_blocks = max(1, min(int(budget_bytes // per_block), cap))
         self.kv_bytes = num_blocks * per_block
-        self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens)
+        pc = config.passage_cache
+        reuse = pc.enabled or config.cache_reuse > 0
+        if reuse:  # refuse before allocating anything
+            require_rope(self.model, "generator.engine.passage_cache" if pc.enabled else "generator.engine.cache_reuse")
+        passage_blocks = int(pc.max_gb * (1 << 30) // per_block) if pc.enabled else 0
+        if pc.enabled and passage_blocks < 1:
+            raise ValueError(f"passage_cache.max_gb {pc.max_gb} holds no KV block (one block is "
+                             f"{per_block / 2**20:.2f} MiB for this model)")
+        self.passage_cache_bytes = passage_blocks * per_block
+        self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching, track_content=config.cache_reuse > 0)
         self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8,
                                   use_cuda_graphs=not config.enforce_eager, max_num_seqs=config.max_num_seqs,
-                                  max_model_len=self.max_model_len)
+                                  max_model_len=self.max_model_len, extra_blocks=passage_blocks)
+        self.kv_reuse: KVReuse | None = None
+        if reuse:
+            store = PassageStore(self.runner.caches, self.runner.extra_block_base, passage_blocks, bs,
+                                 self._kv_signature(), pc.disk_path) if pc.enabled else None
+            self.kv_reuse = KVReuse(config, self.model, self.runner, self.bm, store)
+        self.scheduler = Scheduler(self.bm, config.max_num_seqs, config.max_num_batched_tokens,
+                                   reuse=self.kv_reuse.wants if self.kv_reuse is not None else None)
         self.requests: dict[str, RequestState] = {}
         self.output = OutputProcessor(self.scheduler, self.bm, self.requests, self.eos_token_ids, self._seed)
         self.total_prompt_tokens = 0
@@ -70,6 +87,12 @@ class LLMEngine:
         self.kv_efficiency_at_peak = 1.0
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%.1f MiB)", num_blocks, bs,
                  num_blocks * bs, self.kv_bytes / 2**20)
+
+    def _kv_signature(self) -> dict:
+        """What a passage's K/V depends on besides its tokens (keys the passage cache on disk)."""
+        c = self.runner.caches[0]
+        return {"model": self.model_dir.name, "quantization": self.quant.mode, "dtype": str(self.dtype),
+                "layers": len(self.runner.caches), "kv_shape": list(c.k.shape[2:]), "kv_int8": c.int8, "format": 1}
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -91,14 +114,20 @@ class LLMEngine:
     # ---- requests ---------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, priority: int = 0,
-                    arrival_time: float | None = None) -> str:
-        return self.submit(self.prepare_request(prompt, params, request_id, priority, arrival_time))
+                    arrival_time: float | None = None,
+                    passage_spans: list[tuple[int, int]] | None = None) -> str:
+        return self.submit(self.prepare_request(prompt, params, request_id, priority, arrival_time, passage_spans))
 
     def prepare_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                         request_id: str | None = None, priority: int = 0,
-                        arrival_time: float | None = None) -> RequestState:
+                        arrival_time: float | None = None,
+                        passage_spans: list[tuple[int, int]] | None = None) -> RequestState:
         """Tokenise and validate without touching engine state (safe from another thread), so
-        bad requests fail in the caller and the stepping thread only ever sees good ones."""
+        bad requests fail in the caller and the stepping thread only ever sees good ones.
+
+        `passage_spans`: [start, end) token ranges of the prompt that are retrieved passages
+        (sorted, disjoint; see `inference.kv_reuse.join_segments`); with `passage_cache.enabled`
+        their K/V is cached and reused at any position. Ignored otherwise."""
         params = params or SamplingParams()
         if params.json_schema is not None:
             from inference.structured import JsonSchemaLogitsProcessor
@@ -134,6 +163,8 @@ class LLMEngine:
         request_id = request_id or f"req-{next(_req_ids)}"
         seq = Sequence(request_id, ids, params, priority=priority,
                        arrival_time=arrival_time if arrival_time is not None else time.monotonic())
+        if passage_spans:
+            seq.passage_spans = _check_spans(passage_spans, len(ids))
         self._seed(seq)
         return RequestState(request_id, text, seq, self.tokenizer, self.eos_token_ids, self.max_model_len)
 
@@ -179,6 +210,8 @@ class LLMEngine:
             return []
         self.runner.zero_blocks(self.bm.take_zeroes())
         self.runner.copy_blocks(self.bm.take_copies())
+        for seq in batch.blends:  # prompt[:-1] with reused K/V; the last token runs in the batch
+            self.kv_reuse.prefill(seq)
         out = self.runner.run(batch)
         self.scheduler.commit(batch)
         self._track_kv()
@@ -212,4 +245,23 @@ class LLMEngine:
             "preemptions": self.scheduler.num_preemptions,
             "prompt_tokens": self.total_prompt_tokens,
             "generation_tokens": self.total_generated_tokens,
+            "passage_cache_hits": 0, "passage_cache_tokens_reused": 0, "recomputed_tokens": 0,
+            "kv_shift_reused_tokens": 0, "passage_cache_bytes": self.passage_cache_bytes,
+            **(self.kv_reuse.stats() if self.kv_reuse is not None else {}),
         }
+
+    def clear_passage_cache(self) -> int:
+        """Forget every passage held in memory (files under disk_path stay); returns how many."""
+        store = self.kv_reuse.store if self.kv_reuse is not None else None
+        return store.clear() if store is not None else 0
+
+
+def _check_spans(spans: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
+    out = [(int(s), int(e)) for s, e in spans]
+    at = 0
+    for s, e in out:
+        if not at <= s < e <= n:
+            raise ValueError(f"passage_spans must be sorted, disjoint [start, end) ranges inside the "
+                             f"{n}-token prompt; got {spans}")
+        at = e
+    return out

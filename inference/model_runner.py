@@ -35,15 +35,17 @@ class RunOutput:
 class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype, device: str,
                  int8_kv: bool, use_cuda_graphs: bool = False, max_num_seqs: int = 64,
-                 max_model_len: int = 4096) -> None:
+                 max_model_len: int = 4096, extra_blocks: int = 0) -> None:
         self.model = model
         self.device = device
         self.block_size = block_size
         self.num_layers = len(model.layers)
         self.graphs = None
         use_cuda_graphs = use_cuda_graphs and device.startswith("cuda") and not int8_kv and _triton_ok()
-        # one extra scratch block (never handed out) absorbs K/V writes of CUDA-graph padding rows
-        self.caches = kv_cache.allocate(self.num_layers, num_blocks + int(use_cuda_graphs), block_size,
+        # one extra scratch block (never handed out) absorbs K/V writes of CUDA-graph padding rows;
+        # `extra_blocks` after it are the passage cache's region (its own allocator, never the BlockManager's)
+        self.extra_block_base = num_blocks + int(use_cuda_graphs)
+        self.caches = kv_cache.allocate(self.num_layers, self.extra_block_base + extra_blocks, block_size,
                                         model.num_kv_heads, model.head_dim, dtype, device, int8_kv)
         model.set_kv_caches(self.caches)
         if use_cuda_graphs:
@@ -65,7 +67,8 @@ class ModelRunner:
             for c in self.caches:
                 c.copy_block(src, dst)
 
-    def _slots(self, table: list[int], start: int, end: int) -> torch.Tensor:
+    def slots_of(self, table: list[int], start: int, end: int) -> torch.Tensor:
+        """Flat pool slots of positions [start, end) of a block table."""
         bs = self.block_size
         nb = -(-end // bs)
         bt = torch.tensor(table[:nb], dtype=torch.long)
@@ -94,7 +97,7 @@ class ModelRunner:
                 pos.append(torch.tensor([p]))
                 slot_parts.append(torch.tensor([seq.block_table[p // bs] * bs + p % bs]))
             else:
-                ctx_slots = self._slots(seq.block_table, 0, end)
+                ctx_slots = self.slots_of(seq.block_table, 0, end)
                 pos.append(torch.arange(start, end))
                 slot_parts.append(ctx_slots[start:])
                 mask = None

@@ -6,11 +6,17 @@ allow. When a running sequence cannot get a block, the lowest-priority / latest-
 sequence is preempted by recompute: its blocks are freed (full ones stay in the prefix cache) and
 it goes back to the front of the queue with all its tokens, so nothing is lost. A waiting request
 of higher priority preempts lower-priority running ones the same way when it finds no seat.
+
+A newly admitted sequence that `reuse` says can reuse K/V at shifted positions (passage cache,
+cache_reuse) gets blocks for its whole prompt and is listed in `batch.blends`: the engine's
+`KVReuse.prefill` computes all its prompt tokens but the last before the forward pass, and the
+last one runs in the batch like a decode row (so it needs no special logits path).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inference.block_manager import BlockManager
@@ -22,6 +28,9 @@ class ScheduledBatch:
     seqs: list[Sequence]
     num_tokens: list[int]  # tokens each sequence computes this step (decodes first)
     prev_computed: list[int] = field(default_factory=list)  # num_computed_tokens when scheduled
+    # admitted with K/V reuse: prompt[:-1] is computed by the engine's KVReuse before the forward
+    # pass (prev_computed already says so), the last prompt token is their row in this batch
+    blends: list[Sequence] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -29,8 +38,10 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 reuse: Callable[[Sequence], bool] | None = None) -> None:
         self.bm = block_manager
+        self.reuse = reuse  # seq -> True when its prompt can reuse shifted K/V (KVReuse.wants)
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: list[Sequence] = []
@@ -112,6 +123,7 @@ class Scheduler:
         self._make_room_for_priority()
         budget = self.max_num_batched_tokens
         decodes: list[Sequence] = []
+        blends: list[Sequence] = []
         prefills: list[tuple[Sequence, int]] = []
         self.running.sort(key=lambda s: s.sort_key)
         i = 0
@@ -133,7 +145,11 @@ class Scheduler:
             if self._prefix_in_flight(seq):
                 break  # its prefix is being computed right now: admit it next step as a cache hit
             hit = self.bm.match_prefix(seq) if seq.params.prompt_logprobs is None else 0
-            n = min(seq.num_uncomputed, budget)
+            blend = self.reuse is not None and seq.params.prompt_logprobs is None and self.reuse(seq)
+            n = seq.num_uncomputed if blend else min(seq.num_uncomputed, budget)
+            if blend and n > budget and (decodes or prefills):
+                self.bm.free(seq)  # one unchunked pass: wait for a step with room for it
+                break
             if not self.bm.ensure(seq, n):
                 self.bm.free(seq)  # give back the prefix blocks; retry when others finish
                 break
@@ -144,8 +160,12 @@ class Scheduler:
                 seq.num_cached_tokens = min(hit, seq.num_prompt_tokens)
                 self.bm.record_query(seq.num_prompt_tokens, seq.num_cached_tokens)
             self.running.append(seq)
-            (decodes.append(seq) if n == 1 else prefills.append((seq, n)))
+            if blend:
+                blends.append(seq)
+            (decodes.append(seq) if n == 1 or blend else prefills.append((seq, n)))
             budget -= n
         seqs = decodes + [s for s, _ in prefills]
+        blended = set(map(id, blends))
         return ScheduledBatch(seqs=seqs, num_tokens=[1] * len(decodes) + [n for _, n in prefills],
-                              prev_computed=[s.num_computed_tokens for s in seqs])
+                              prev_computed=[len(s.token_ids) - 1 if id(s) in blended else s.num_computed_tokens
+                                             for s in seqs], blends=blends)

@@ -62,6 +62,11 @@ class Sequence:
         self.shifted_out: list[int] = []  # output tokens dropped from the context by a shift
         self.num_shifts = 0
         self.needs_shift = False
+        # prompt token ranges [start, end) that are retrieved passages (the passage KV cache)
+        self.passage_spans: list[tuple[int, int]] = []
+        # K/V from this position on is approximate (reused at a shifted position): such blocks are
+        # never registered in the prefix cache, whose hits must equal a full prefill. None: exact
+        self.hash_limit: int | None = None
         self.text = ""  # detokenised output so far
         self.emitted_text_len = 0
 
@@ -93,6 +98,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.block_hashes = []
         self.num_hashed_blocks = 0
+        self.passage_spans = []  # positions moved: the spans no longer describe the prompt
         self.num_shifts += 1
         return discard
 

@@ -72,6 +72,10 @@ def _flash_attn_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMet
                                      block_table=meta.decode_block_tables.to(torch.int32), causal=True)
         out.index_copy_(0, meta.decode_idx, od.squeeze(1))
     for span in meta.prefills:
+        if span.block_table is None:  # a custom layout (K/V reuse): context slots + mask, torch path
+            out[span.q_start:span.q_start + span.q_len] = prefill_attention(
+                q[span.q_start:span.q_start + span.q_len], cache, span)
+            continue
         qs = q[span.q_start:span.q_start + span.q_len].unsqueeze(0)
         o = flash_attn_with_kvcache(qs, cache.k, cache.v,
                                     cache_seqlens=torch.tensor([span.ctx_len], dtype=torch.int32, device=q.device),

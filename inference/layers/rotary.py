@@ -65,6 +65,18 @@ class RotaryEmbedding(nn.Module):
         sin = self.sin[positions].unsqueeze(1).to(q.dtype)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
+    def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """Move post-RoPE keys `k` [T, Hk, D] by `delta` [T] positions (may be negative).
+
+        Rotations compose, R(p + d) = R(d) R(p), so a cached key placed `d` positions away needs
+        only this rotation, not a recompute (exact up to float rounding; done in float32)."""
+        d = delta.to(self.cos.device, torch.long)
+        mag = d.abs()
+        cos = self.cos[mag].unsqueeze(1)
+        sin = (self.sin[mag] * d.sign().to(self.sin.dtype)[:, None]).unsqueeze(1)
+        kf = k.float()
+        return (kf * cos + _rotate_half(kf) * sin).to(k.dtype)
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2

@@ -1,0 +1,290 @@
+"""K/V reuse at shifted positions: the passage KV cache and KV shifting (`cache_reuse`).
+
+RAG prompts are mostly retrieved passages, and popular passages come back question after question
+at different positions, after different neighbours. Prefix caching only serves an identical
+prefix, so this module reuses K/V wherever it is in the prompt:
+
+* **passage cache** (`passage_cache`): a request's `passage_spans` mark prompt token ranges that
+  are passages. Each passage's K/V is computed once on its own, right after the prompt's prefix
+  (the template tokens before the first passage, from the prefix cache), and kept in the pool's
+  passage region (`PassageStore`). On reuse it is copied to its position in the new prompt with K
+  re-rotated by the position delta (`RotaryEmbedding.shift_keys`: exact for post-RoPE keys).
+* **KV shifting** (`cache_reuse: N`, llama.cpp's --cache-reuse): runs of >= N tokens of the new
+  prompt that sit in cached prefix blocks at another position (`BlockManager.find_runs`) are copied
+  the same way.
+
+Reused K/V misses the attention to the tokens that now precede it. CacheBlend's selective
+recompute restores most of it: every token is computed on layers 0..`check_layer`; on the check
+layer the reused tokens whose K/V deviate most from that full computation (the top
+`recompute_ratio`) stay active and are recomputed on all later layers, the others keep the reused
+K/V. Tokens that are not reused (the template between passages, the question) are always
+computed. Ratio 1.0 is a full prefill, ratio 0 pure reuse (no check pass). Shifted runs are
+blended with the passage cache's ratio when the passage cache is enabled, else reused as they are
+(llama.cpp's behaviour). K/V from the first reused token on differs from a full prefill, so those
+blocks are never registered in the prefix cache (`Sequence.hash_limit`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from inference.block_manager import BlockManager
+from inference.config import EngineConfig
+from inference.layers.metadata import AttentionMetadata, PrefillSpan
+from inference.layers.rotary import RotaryEmbedding
+from inference.passage_store import Entry, PassageStore
+from inference.sequence import Sequence
+
+MIN_PASSAGE_TOKENS = 4  # shorter spans are cheaper to compute than to look up and blend
+
+
+class NoRotaryError(ValueError):
+    """`passage_cache` / `cache_reuse` asked of a model without rotary position embeddings."""
+
+
+def require_rope(model, what: str) -> RotaryEmbedding:
+    """The model's rotary embedding, or a clear refusal: shifting K needs RoPE."""
+    rot = getattr(model, "rotary", None)
+    if not isinstance(rot, RotaryEmbedding):
+        raise NoRotaryError(f"{what} needs a model with rotary position embeddings (RoPE) to move cached K/V "
+                            f"to a new position; {type(model).__name__} has none. Turn it off for this model.")
+    return rot
+
+
+@dataclass
+class Segment:
+    """Reused K/V: prompt positions [dst, dst + n) get the K/V at `src_slots` (computed at positions
+    src_pos..), K rotated by dst - src_pos."""
+
+    dst: int
+    n: int
+    src_slots: torch.Tensor
+    src_pos: int
+    kind: str  # "passage" | "shift"
+
+
+class KVReuse:
+    def __init__(self, config: EngineConfig, model, runner, bm: BlockManager, store: PassageStore | None) -> None:
+        pc = config.passage_cache
+        what = "generator.engine.passage_cache" if pc.enabled else "generator.engine.cache_reuse"
+        self.rotary = require_rope(model, what)
+        if pc.check_layer >= len(model.layers):
+            raise ValueError(f"passage_cache.check_layer {pc.check_layer} is not a layer of this model "
+                             f"(0..{len(model.layers) - 1})")
+        self.model = model
+        self.runner = runner
+        self.bm = bm
+        self.store = store
+        self.cache_reuse = config.cache_reuse
+        self.recompute_ratio = pc.recompute_ratio if pc.enabled else 0.0
+        self.check_layer = pc.check_layer
+        self.hits = 0
+        self.misses = 0
+        self.tokens_reused = 0
+        self.recomputed_tokens = 0
+        self.shift_reused_tokens = 0
+
+    # ---- planning -----------------------------------------------------------------------
+    def _spans(self, seq: Sequence, start: int, end: int) -> list[tuple[int, int]]:
+        if self.store is None:
+            return []
+        return [(s, e) for s, e in seq.passage_spans if s >= start and e <= end and e - s >= MIN_PASSAGE_TOKENS]
+
+    def _gaps(self, start: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        out, at = [], start
+        for s, e in spans:
+            if s > at:
+                out.append((at, s))
+            at = max(at, e)
+        if end > at:
+            out.append((at, end))
+        return out
+
+    def wants(self, seq: Sequence) -> bool:
+        """Scheduler hook, after the prefix-cache match: can this prompt reuse shifted K/V?"""
+        start, end = seq.num_computed_tokens, len(seq.token_ids) - 1
+        spans = self._spans(seq, start, end)
+        if spans:
+            return True
+        return bool(self.cache_reuse) and bool(self.bm.find_runs(seq.token_ids, [(start, end)], self.cache_reuse))
+
+    # ---- the prefill --------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, seq: Sequence) -> None:
+        """Compute K/V of prompt[num_computed:-1] into the sequence's blocks, reusing what can be."""
+        h, end = seq.num_computed_tokens, len(seq.token_ids) - 1
+        slots = self.runner.slots_of(seq.block_table, 0, end).to(self.runner.device)
+        spans = self._spans(seq, h, end)
+        start = h
+        segments: list[Segment] = []
+        if spans:
+            prefix = spans[0][0]
+            self._forward_range(seq, slots, h, prefix)  # the template before the passages, exact
+            start = prefix
+            segments += self._passages(seq, slots, prefix, spans)
+        if self.cache_reuse:
+            taken = sorted((s.dst, s.dst + s.n) for s in segments)
+            for r in self.bm.find_runs(seq.token_ids, self._gaps(start, end, taken), self.cache_reuse):
+                n = len(r.block_ids) * self.bm.block_size
+                src = self.runner.slots_of(r.block_ids, 0, n).to(self.runner.device)
+                segments.append(Segment(r.dst_start, n, src, r.src_start, "shift"))
+                self.shift_reused_tokens += n
+        self._place(slots, segments)
+        self._blend(seq, slots, start, end, segments)
+        seq.num_computed_tokens = end
+        if segments and self.recompute_ratio < 1.0:
+            seq.hash_limit = min(s.dst for s in segments)
+        self.bm.commit(seq, h)
+
+    def _passages(self, seq: Sequence, slots: torch.Tensor, prefix: int, spans: list[tuple[int, int]]
+                  ) -> list[Segment]:
+        """Cached passages as segments; missing ones computed on their own (one forward) and stored."""
+        store = self.store
+        assert store is not None
+        pid = store.prefix_id(seq.token_ids[:prefix])
+        keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
+        pinned = set(keys)
+        found: dict[bytes, Entry] = {}
+        for k, (s, e) in zip(keys, spans, strict=True):
+            if k not in found:
+                entry = store.get(k, pid, seq.token_ids[s:e], pinned)
+                if entry is not None:
+                    found[k] = entry
+                    self.hits += 1
+                    self.tokens_reused += e - s
+        missing: list[tuple[bytes, Entry, int, int]] = []
+        for k, (s, e) in zip(keys, spans, strict=True):
+            if k in found:
+                continue
+            self.misses += 1
+            entry = store.allocate(k, e - s, pinned)
+            if entry is None:
+                continue  # cannot fit: those tokens are simply computed in the blend
+            found[k] = entry
+            missing.append((k, entry, s, e))
+        if missing:
+            ctx_slots = slots[:prefix]
+            groups = []
+            for _k, entry, s, e in missing:
+                groups.append((seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
+                               torch.cat([ctx_slots, entry.slots])))
+            self._run_groups(groups)
+            for _k, entry, s, e in missing:
+                store.save(entry, pid, seq.token_ids[s:e])
+        return [Segment(s, e - s, found[k].slots, prefix, "passage")
+                for k, (s, e) in zip(keys, spans, strict=True) if k in found]
+
+    def _place(self, slots: torch.Tensor, segments: list[Segment]) -> None:
+        """Copy every segment's K/V into the sequence's slots, K re-rotated by the position delta."""
+        if not segments:
+            return
+        dev = slots.device
+        src = torch.cat([s.src_slots for s in segments])
+        dst = torch.cat([slots[s.dst:s.dst + s.n] for s in segments])
+        delta = torch.cat([torch.full((s.n,), s.dst - s.src_pos, dtype=torch.long) for s in segments]).to(dev)
+        for cache in self.runner.caches:
+            k, v = cache.gather_slots(src)
+            cache.write(dst, self.rotary.shift_keys(k, delta), v)
+
+    # ---- forward passes ----------------------------------------------------------------
+    def _meta(self, groups) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        """groups: (token ids, positions, write slots, context slots in position order)."""
+        dev = self.runner.device
+        ids, pos, writes, spans = [], [], [], []
+        row = 0
+        for tok, p, w, ctx in groups:
+            n = len(tok)
+            ctx_pos = torch.arange(ctx.numel())
+            mask = (ctx_pos[None, :] <= p[:, None]).to(dev)
+            spans.append(PrefillSpan(row, n, int(ctx.numel()), ctx, mask))
+            ids.append(torch.as_tensor(tok, dtype=torch.long))
+            pos.append(p)
+            writes.append(w)
+            row += n
+        meta = AttentionMetadata(slot_mapping=torch.cat(writes).to(dev), prefills=spans)
+        return torch.cat(ids).to(dev), torch.cat(pos).to(dev), meta
+
+    def _run_groups(self, groups) -> None:
+        ids, pos, meta = self._meta(groups)
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x, pos, meta)
+
+    def _forward_range(self, seq: Sequence, slots: torch.Tensor, start: int, end: int) -> None:
+        if end > start:
+            self._run_groups([(seq.token_ids[start:end], torch.arange(start, end), slots[start:end], slots[:end])])
+
+    def _blend(self, seq: Sequence, slots: torch.Tensor, start: int, end: int, segments: list[Segment]) -> None:
+        """Compute [start, end) around the placed segments, recomputing the most deviating reused
+        tokens from the check layer on (see the module docstring)."""
+        if end <= start:
+            return
+        reused = torch.zeros(end - start, dtype=torch.bool)
+        for s in segments:
+            reused[s.dst - start:s.dst - start + s.n] = True
+        n_reused = int(reused.sum())
+        ratio = self.recompute_ratio if n_reused else 1.0
+        if ratio >= 1.0:
+            self.recomputed_tokens += n_reused
+            self._forward_range(seq, slots, start, end)
+            return
+        positions = torch.arange(start, end)
+        tokens = torch.tensor(seq.token_ids[start:end], dtype=torch.long)
+        check = self.check_layer if ratio > 0 else -1
+        active = torch.ones(end - start, dtype=torch.bool) if check >= 0 else ~reused
+        if not bool(active.any()):
+            return
+        ctx = slots[:end]
+        rel = active.nonzero().squeeze(1)
+        ids, pos, meta = self._meta([(tokens[rel], positions[rel], slots[start:end][rel.to(slots.device)], ctx)])
+        x = self.model.embed_tokens(ids)
+        cand = slots[start:end][reused.to(slots.device)]
+        for i, layer in enumerate(self.model.layers):
+            if i == check:
+                kv_cache = layer.self_attn.kv_cache
+                k_old, v_old = kv_cache.gather_slots(cand)
+            x = layer(x, pos, meta)
+            if i != check:
+                continue
+            k_new, v_new = kv_cache.gather_slots(cand)
+            dev = (k_new.float() - k_old.float()).pow(2).sum((1, 2)) + (v_new.float() - v_old.float()).pow(2).sum((1, 2))
+            n_sel = min(n_reused, math.ceil(ratio * n_reused))
+            self.recomputed_tokens += n_sel
+            keep = ~reused
+            reused_rel = reused.nonzero().squeeze(1)
+            keep[reused_rel[dev.topk(n_sel).indices.cpu()]] = True
+            if not bool(keep.any()):
+                return  # every later layer keeps the reused K/V
+            sub = keep.nonzero().squeeze(1)  # rows of x (all tokens are rows before the check)
+            x = x[sub.to(x.device)]
+            ids, pos, meta = self._meta([(tokens[sub], positions[sub], slots[start:end][sub.to(slots.device)], ctx)])
+
+    # ---- introspection ------------------------------------------------------------------
+    def stats(self) -> dict:
+        out = {"passage_cache_hits": self.hits, "passage_cache_misses": self.misses,
+               "passage_cache_tokens_reused": self.tokens_reused, "recomputed_tokens": self.recomputed_tokens,
+               "kv_shift_reused_tokens": self.shift_reused_tokens}
+        if self.store is not None:
+            out.update({"passage_cache_entries": len(self.store.entries),
+                        "passage_cache_blocks_used": self.store.num_used,
+                        "passage_cache_blocks_total": self.store.num_blocks,
+                        "passage_cache_evictions": self.store.evictions,
+                        "passage_cache_disk_hits": self.store.disk_hits})
+        return out
+
+
+def join_segments(tokenizer, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of `pieces` (text, is_passage) tokenised one by one and concatenated, and the
+    [start, end) span of each passage: a passage then has the same token ids in every prompt,
+    whatever surrounds it, which is what lets its cached K/V be found."""
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for text, is_passage in pieces:
+        toks = tokenizer.encode(text, add_special_tokens=False)
+        if is_passage and toks:
+            spans.append((len(ids), len(ids) + len(toks)))
+        ids += toks
+    return ids, spans

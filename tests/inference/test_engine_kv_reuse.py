@@ -1,0 +1,257 @@
+"""K/V reuse at shifted positions (issue 25): the passage KV cache and KV shifting (cache_reuse).
+
+Real SmolLM2 engines; every full-prefill reference is the same engine with the prefix cache cleared
+and no passage spans, so the only difference under test is the reuse path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from inference import SamplingParams
+from inference.kv_cache import bytes_per_block
+from inference.kv_reuse import NoRotaryError, join_segments, require_rope
+
+PASSAGES = [
+    "Paris is the capital and most populous city of France. It is located on the Seine river, in the north.",
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, named after Gustave Eiffel.",
+    "Mount Everest is Earth's highest mountain above sea level, in the Himalayas on the border of Nepal and China.",
+    "The Great Wall of China is a series of fortifications built across the northern borders of ancient states.",
+    "The Amazon is the largest rainforest on Earth, covering much of the Amazon basin of South America.",
+    "Honey bees live in colonies with a single queen, thousands of female workers and a few hundred drones.",
+]
+SYSTEM = "<|im_start|>system\nAnswer the question from the passages.<|im_end|>\n<|im_start|>user\nContext:\n\n"
+QUESTION = "Who is the Eiffel Tower named after?"
+POOL_BLOCKS = 10  # passage region of the shared engine: 10 blocks of 16 tokens
+
+
+def rag_prompt(tok, order: list[int], question: str = QUESTION, system: str = SYSTEM):
+    pieces = [(system, False)]
+    for j, i in enumerate(order):
+        pieces += [(f"[{j + 1}] ", False), (PASSAGES[i], True), ("\n\n", False)]
+    pieces.append((f"Question: {question}<|im_end|>\n<|im_start|>assistant\n", False))
+    return join_segments(tok, pieces)
+
+
+@pytest.fixture(scope="module")
+def pc_llm(engine_factory, llm, tmp_path_factory):
+    m = llm.engine.model
+    per_block = bytes_per_block(len(m.layers), 16, m.num_kv_heads, m.head_dim, False, torch.float32)
+    disk = tmp_path_factory.mktemp("passage_kv")
+    eng = engine_factory(num_blocks=64, max_num_batched_tokens=512,
+                         passage_cache={"enabled": True, "max_gb": POOL_BLOCKS * per_block / 2**30,
+                                        "disk_path": str(disk), "recompute_ratio": 0.15})
+    eng.disk = disk
+    return eng
+
+
+@pytest.fixture
+def fresh(pc_llm):
+    """Empty prefix and passage caches and the default ratio; the files on disk are kept."""
+    pc_llm.clear_prefix_cache()
+    pc_llm.clear_passage_cache()
+    pc_llm.engine.kv_reuse.recompute_ratio = 0.15
+    yield pc_llm
+    pc_llm.engine.kv_reuse.recompute_ratio = 0.15
+
+
+def _greedy(n: int = 12, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, **kw)
+
+
+def _reference(llm, ids, n: int = 12, **kw):
+    llm.clear_prefix_cache()
+    out = llm.generate([ids], _greedy(n, **kw))[0]
+    llm.clear_prefix_cache()
+    return out
+
+
+def test_shift_keys_equals_rope_at_the_target_position(llm):
+    """Bug: a wrong sign for negative deltas or a non-composing rotation (the cache would hold K at
+    the wrong position)."""
+    rot = llm.engine.model.rotary
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(6, 3, 64, generator=g)
+    q = torch.zeros_like(k)
+    src = torch.tensor([0, 5, 40, 100, 7, 300])
+    delta = torch.tensor([3, -5, 17, -60, 0, 250])
+    _, k_src = rot(src, q, k)
+    _, k_dst = rot(src + delta, q, k)
+    # float32 angle tables: the error grows with the position (3.6e-5 at 550)
+    assert torch.allclose(rot.shift_keys(k_src, delta), k_dst, atol=1e-4)
+
+
+def test_placed_passage_keys_equal_keys_computed_at_the_new_position(fresh):
+    """Layer-0 K depends on token and position only, so a cached passage placed at another
+    position must hold exactly the K a full prefill computes there. Bug: K copied unrotated,
+    rotated by the wrong delta, or written into the wrong slots."""
+    eng = fresh.engine
+    tok = fresh.tokenizer
+    warm_ids, warm_spans = rag_prompt(tok, [2, 1])
+    fresh.generate([warm_ids], _greedy(1), passage_spans=[warm_spans])  # caches passages 2 and 1
+    ids, spans = rag_prompt(tok, [1, 2])  # passage 2 now later: a non-zero delta
+    s, e = spans[1]
+
+    def layer_keys(passage_spans):
+        fresh.clear_prefix_cache()
+        rid = eng.add_request(ids, _greedy(2), passage_spans=passage_spans)
+        eng.step()
+        seq = eng.requests[rid].seqs[0]
+        slots = eng.runner.slots_of(seq.block_table, s, e)
+        k = [eng.runner.caches[li].gather_slots(slots)[0].clone() for li in (0, 5)]
+        eng.abort(rid)
+        return k
+
+    before = eng.stats()["passage_cache_hits"]
+    placed = layer_keys(spans)
+    assert eng.stats()["passage_cache_hits"] - before == 2
+    full = layer_keys(None)
+    assert torch.allclose(placed[0], full[0], atol=1e-4)
+    assert not torch.allclose(placed[1], full[1], atol=1e-4)  # deeper layers really were reused
+
+
+def test_ratio_one_equals_full_prefill(fresh):
+    """recompute_ratio 1.0 recomputes every reused token: the blend must be a full prefill. Bug: a
+    wrong mask or position on the custom attention layout, or a dropped token."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [0, 1, 2])
+    ref = _reference(fresh, ids, logprobs=5)
+    fresh.generate([rag_prompt(tok, [2, 0, 1])[0]], _greedy(1),
+                   passage_spans=[rag_prompt(tok, [2, 0, 1])[1]])  # cache them at other positions
+    fresh.engine.kv_reuse.recompute_ratio = 1.0
+    fresh.clear_prefix_cache()
+    out = fresh.generate([ids], _greedy(logprobs=5), passage_spans=[spans])[0]
+    assert out.token_ids == ref.token_ids
+    first, first_ref = out.outputs[0].logprobs[0], ref.outputs[0].logprobs[0]
+    assert all(abs(first[t] - first_ref[t]) < 1e-3 for t in first_ref)
+
+
+def test_pure_reuse_gives_close_logits_and_counts_hits(fresh):
+    """ratio 0: every passage token keeps the K/V computed on its own. Bug: the passage reused from
+    another prompt's key, or stats not counting."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [2, 0, 1])
+    ref = _reference(fresh, ids)
+    cands = ref.token_ids[:1] + tok.encode(" Paris Gustave The It", add_special_tokens=False)
+    ref_lp = _reference(fresh, ids, 1, candidate_token_ids=cands).candidate_logprobs
+    fresh.generate([rag_prompt(tok, [0, 1, 2])[0]], _greedy(1), passage_spans=[rag_prompt(tok, [0, 1, 2])[1]])
+    fresh.engine.kv_reuse.recompute_ratio = 0.0
+    before = fresh.stats()
+    fresh.clear_prefix_cache()
+    out = fresh.generate([ids], _greedy(1, candidate_token_ids=cands), passage_spans=[spans])[0]
+    after = fresh.stats()
+    assert after["passage_cache_hits"] - before["passage_cache_hits"] == 3
+    assert after["passage_cache_tokens_reused"] - before["passage_cache_tokens_reused"] == sum(e - s for s, e in spans)
+    assert after["recomputed_tokens"] == before["recomputed_tokens"]
+    assert out.token_ids[0] == ref.token_ids[0]
+    assert max(abs(out.candidate_logprobs[t] - ref_lp[t]) for t in cands) < 1.0
+
+
+def test_reused_kv_never_enters_the_prefix_cache(fresh):
+    """Blocks after the first reused token hold approximate K/V; a later plain request of the same
+    prompt must not get them from the prefix cache. Bug: blended blocks hashed as exact."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [1, 0])
+    ref = _reference(fresh, ids)
+    fresh.generate([rag_prompt(tok, [0, 1])[0]], _greedy(1), passage_spans=[rag_prompt(tok, [0, 1])[1]])
+    fresh.engine.kv_reuse.recompute_ratio = 0.0
+    fresh.clear_prefix_cache()
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    hits = fresh.stats()["prefix_cache_hits"]
+    again = fresh.generate([ids], _greedy())[0]
+    assert fresh.stats()["prefix_cache_hits"] - hits <= spans[0][0]
+    assert again.token_ids == ref.token_ids
+
+
+def test_lru_budget_is_enforced(fresh):
+    """Six passages of two blocks each into a ten-block region: the least recently used go, the
+    region never overflows. Bug: no eviction (unbounded memory) or evicting the most recent."""
+    tok = fresh.tokenizer
+    st = fresh.stats
+    for i in range(6):
+        ids, spans = rag_prompt(tok, [i])
+        fresh.generate([ids], _greedy(1), passage_spans=[spans])
+        assert st()["passage_cache_blocks_used"] <= st()["passage_cache_blocks_total"] == POOL_BLOCKS
+    assert st()["passage_cache_evictions"] >= 1
+    assert st()["passage_cache_entries"] == 5
+    fresh.clear_prefix_cache()
+    hits = st()["passage_cache_hits"]
+    ids, spans = rag_prompt(tok, [5])  # the most recent: still cached
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    assert st()["passage_cache_hits"] == hits + 1
+
+
+def test_disk_cache_is_keyed_and_skips_bad_files(fresh, caplog):
+    """Files are keyed by model, template (the prompt's prefix) and passage: another template is a
+    miss, a file saved for another model is ignored, a corrupt one is skipped with a warning. Bug:
+    a key without the template, or a crash / wrong K/V from a bad file."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [3])
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])  # written through to disk
+    files = sorted(fresh.disk.glob("*.pt"))
+    assert files
+    st = fresh.stats
+    # memory cleared: the passage comes back from its file
+    fresh.clear_passage_cache()
+    fresh.clear_prefix_cache()
+    disk_hits = st()["passage_cache_disk_hits"]
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    assert st()["passage_cache_disk_hits"] == disk_hits + 1
+    # another template (system prompt): same passage tokens, another key
+    hits = st()["passage_cache_hits"]
+    other_ids, other_spans = rag_prompt(tok, [3], system=SYSTEM.replace("Answer", "Reply to"))
+    fresh.generate([other_ids], _greedy(1), passage_spans=[other_spans])
+    assert st()["passage_cache_hits"] == hits
+    # the passage's file rewritten as if saved by another model: ignored
+    store = fresh.engine.kv_reuse.store
+    s, e = spans[0]
+    path = store._file(store.key(store.prefix_id(ids[:s]), ids[s:e]))
+    data = torch.load(path, weights_only=True)
+    for bad in ({**data, "signature": {**data["signature"], "model": "another-model"}}, None):
+        if bad is None:
+            path.write_bytes(b"not a torch file")
+        else:
+            torch.save(bad, path)
+        fresh.clear_passage_cache()
+        fresh.clear_prefix_cache()
+        disk_hits = st()["passage_cache_disk_hits"]
+        with caplog.at_level(logging.INFO, logger="inference.passage_store"):
+            out = fresh.generate([ids], _greedy(1), passage_spans=[spans])[0]
+        assert st()["passage_cache_disk_hits"] == disk_hits
+        assert out.token_ids
+    assert any("ignoring" in r.message for r in caplog.records)
+    assert any(r.levelno == logging.WARNING and "corrupt" in r.message for r in caplog.records)
+
+
+def test_bad_passage_spans_are_refused(fresh):
+    ids, _ = rag_prompt(fresh.tokenizer, [0])
+    with pytest.raises(ValueError, match="passage_spans"):
+        fresh.engine.add_request(ids, _greedy(1), passage_spans=[(10, 20), (15, 30)])
+    with pytest.raises(ValueError, match="passage_spans"):
+        fresh.engine.add_request(ids, _greedy(1), passage_spans=[(0, len(ids) + 1)])
+
+
+def test_cache_reuse_shifts_cached_blocks(engine_factory):
+    """cache_reuse: the second prompt holds the first one's cached blocks at another position; they
+    are reused re-rotated and counted. Bug: runs not found (no reuse) or reused unshifted."""
+    llm = engine_factory(num_blocks=64, cache_reuse=32)
+    tok = llm.tokenizer
+    body = " ".join(PASSAGES[:3])
+    first = tok.encode(SYSTEM + body, add_special_tokens=False)
+    second = tok.encode(SYSTEM + "[1] " + PASSAGES[4] + "\n\n" + body + "\nQuestion: " + QUESTION,
+                        add_special_tokens=False)
+    ref = _reference(llm, second, 8)
+    llm.generate([first], _greedy(1))
+    out = llm.generate([second], _greedy(8))[0]
+    reused = llm.stats()["kv_shift_reused_tokens"]
+    assert reused >= 32 and reused % 16 == 0
+    assert out.token_ids[0] == ref.token_ids[0]
+
+
+def test_reuse_is_refused_without_rope(llm):
+    with pytest.raises(NoRotaryError, match="rotary position embeddings"):
+        require_rope(torch.nn.Linear(2, 2), "generator.engine.cache_reuse")
+    assert require_rope(llm.engine.model, "cache_reuse") is llm.engine.model.rotary
