@@ -57,6 +57,13 @@ class Answer:
     signals: dict[str, float] = field(default_factory=dict)
     # per-passage span candidates (`answer.per_passage`): passage index, span and signals of each
     candidates: list[dict[str, Any]] = field(default_factory=list)
+    # chat turns: the standalone query searched, how it was condensed, the earlier turns in the prompt
+    chat: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def standalone_question(self) -> str:
+        """The question without the conversation (what a check that reads one passage is asked)."""
+        return self.chat.get("standalone_query") or self.question
 
     def add_costs(self, out: Any) -> None:
         """The finish reason, token counts and prefill/decode times of the engine's RequestOutput

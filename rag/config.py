@@ -78,6 +78,8 @@ class ServerConfig(BaseModel):
     retry_after_s: int = Field(2, ge=1)
     shutdown_grace_s: float = Field(10.0, ge=0)
     model_name: str = Field("ragstack", description="id reported by /v1/models")
+    chat_memory_turns: int = Field(1024, ge=0, description=(
+        "chat turns whose passages the server remembers, so the next turn's prompt extends the cached one"))
 
 
 class RagConfig(BaseModel):

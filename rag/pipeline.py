@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-ba
     from rerank.compress.base import Compressor
     from retrieval.retriever import FilterSpec, Retriever
 
+    from .chat import ChatTurn
+    from .query.condense import Condenser
+
 
 class Pipeline:
     def __init__(self, cfg: RagConfig, store: DocumentStore | None = None,
@@ -42,6 +45,7 @@ class Pipeline:
         self.retriever = retriever or build_retriever(cfg, self.store)
         self._generator = generator
         self._planner: QueryPlanner | None = None
+        self._condenser: Condenser | None = None
         self._reranker: Reranker | None = None
         self._compressor: Compressor | None = None
         self._policies = policies  # the short-answer decision (`rag/answering/`); a calibration run passes its own
@@ -83,6 +87,15 @@ class Pipeline:
                 planner.llm = self.generator
             self._planner = planner
         return self._planner
+
+    @property
+    def condenser(self) -> Condenser:
+        """Chat follow-up -> standalone search query, on the answering engine."""
+        if self._condenser is None:
+            from .query.condense import Condenser
+
+            self._condenser = Condenser(self.cfg.query, self.generator)
+        return self._condenser
 
     @property
     def reranker(self) -> Reranker:
@@ -144,29 +157,37 @@ class Pipeline:
 
     # ---- answering ----------------------------------------------------------------------
     def ask(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
-            passages: list[str] | None = None, mode: str | None = None, **sampling: Any) -> Answer:
+            passages: list[str] | None = None, mode: str | None = None, history: Sequence[ChatTurn] = (),
+            **sampling: Any) -> Answer:
+        """`history`: the conversation's earlier turns (`rag.chat`), oldest first."""
         answer = None
         for item in self.stream(question, filters=filters, collection=collection, k=k, passages=passages,
-                                mode=mode, **sampling):
+                                mode=mode, history=history, **sampling):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None
         return answer
 
     def prepare(self, question: str, filters: FilterSpec = None, collection: str | None = None,
-                k: int | None = None, mode: str | None = None,
+                k: int | None = None, mode: str | None = None, history: Sequence[ChatTurn] = (),
                 **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
-        """Everything up to generation: the partial Answer, the built prompt and sampling params."""
+        """Everything up to generation: the partial Answer, the built prompt and sampling params.
+        A chat turn (`history`) searches its condensed standalone query and answers with the
+        earlier turns in the prompt."""
         self._check_question(question)
         t0 = time.perf_counter()
         ac = self.cfg.answer
-        res = self.search(question, filters=filters, collection=collection, k=k or ac.context_k)
+        condensed = self.condenser.condense(history, question) if history else None
+        query = condensed.query if condensed else question
+        res = self.search(query, filters=filters, collection=collection, k=k or ac.context_k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
-                        queries=getattr(res, "queries", [question]))
+                        queries=getattr(res, "queries", [query]))
+        if condensed:
+            answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
         passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
-        return self._prompt_for(answer, passages, t0, sampling, mode)
+        return self._prompt_for(answer, passages, t0, sampling, mode, history)
 
     def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
@@ -178,7 +199,7 @@ class Pipeline:
                                 mode)
 
     def _prompt_for(self, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
-                    mode: str | None = None):
+                    mode: str | None = None, history: Sequence[ChatTurn] = ()):
         question = answer.question
         mode = mode or self.cfg.answer.mode
         if mode not in ("short", "long"):
@@ -200,7 +221,9 @@ class Pipeline:
             sampling = {"max_tokens": self.cfg.answer.short_max_tokens, "repetition_penalty": 1.0, **sampling}
         params = self.cfg.generator.sampling.params(**sampling)
         budget = gen.max_model_len - params.max_tokens
-        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode)
+        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode, history)
+        if history:
+            answer.chat["history_turns"] = built.history_turns
         if self.cfg.generator.context_shift:
             params.context_shift_keep = built.system_tokens
         if mode == "long" and self.cfg.answer.force_markers and gen.supports_logits_processors:
@@ -218,24 +241,26 @@ class Pipeline:
         return answer, built, params
 
     def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
-               passages: list[str] | None = None, **sampling: Any) -> Iterator[str | Answer]:
+               passages: list[str] | None = None, history: Sequence[ChatTurn] = (),
+               **sampling: Any) -> Iterator[str | Answer]:
         """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval."""
         if passages is None and self._generator is None:
             # Retrieval errors (bad filters, long questions) surface before any model is loaded.
             self._check_question(question)
         return self.generator.iterate(self.astream(question, filters, collection, k, passages=passages,
-                                                   **sampling))
+                                                   history=history, **sampling))
 
     async def astream(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                       k: int | None = None, request_id: str | None = None, passages: list[str] | None = None,
-                      **sampling: Any):
+                      history: Sequence[ChatTurn] = (), **sampling: Any):
         """Retrieval in a worker thread, generation on the caller's loop (so a client that goes
         away cancels the request and frees its KV blocks); deltas, then the final `Answer`."""
         import asyncio
 
         t0 = time.perf_counter()
         if passages is None:
-            prep = await asyncio.to_thread(self.prepare, question, filters, collection, k, **sampling)
+            prep = await asyncio.to_thread(self.prepare, question, filters, collection, k, history=history,
+                                           **sampling)
         else:
             prep = await asyncio.to_thread(self.prepare_given, question, passages, **sampling)
         answer, built, params = prep

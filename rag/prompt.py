@@ -4,12 +4,17 @@ The system prompt and answering instructions come first and are byte-stable acro
 their KV blocks are computed once and then served from the engine's prefix cache. Then come the
 numbered passages, then the question. When everything does not fit in the model context, the
 lowest-ranked passages are dropped first; the system prompt is never truncated.
+
+A chat turn's prompt is the previous turn's prompt, its answer, then the new passages and
+question: earlier turns are rendered exactly as they were when they were the last one (passages
+included), so turn n+1 starts with turn n's tokens and the prefix cache serves them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,6 +50,9 @@ class PromptConfig(BaseModel):
     passage_template: str = "[{marker}] {title}\n{text}"
     user_template: str = "Context passages:\n\n{context}\n\nQuestion: {question}"
     max_passage_chars: int = Field(2000, ge=50, description="each passage is cut to this many characters")
+    history_turns: int = Field(6, ge=0, description=(
+        "chat: earlier turns kept in the answer prompt; past this the oldest half is dropped at once, "
+        "so the cached prefix breaks every history_turns/2 turns, not on every turn"))
 
     def system_text(self, mode: str = "long") -> str:
         return (self.short_system if mode == "short" else self.system).replace("{refusal}", self.refusal)
@@ -61,6 +69,15 @@ class BuiltPrompt:
     passages: list[Passage]
     dropped: list[Passage] = field(default_factory=list)
     system_tokens: int = 0
+    history_turns: int = 0  # earlier chat turns the prompt holds (the oldest may have been dropped)
+
+
+class Turn(Protocol):
+    """An earlier chat turn as its prompt showed it (`rag.chat.ChatTurn`)."""
+
+    question: str
+    answer: str
+    passages: list[Passage]
 
 
 def passage_body(cfg: PromptConfig, p: Passage) -> str:
@@ -79,13 +96,43 @@ def _passage_text(cfg: PromptConfig, p: Passage) -> str:
     return cfg.passage_template.format(marker=p.marker, title=title or p.source, text=text).strip()
 
 
-def render(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], mode: str = "long") -> str:
+def user_content(cfg: PromptConfig, question: str, passages: list[Passage]) -> str:
+    """The user message of a turn: its numbered passages, then its question."""
     context = "\n\n".join(_passage_text(cfg, p) for p in passages) or "(no passages)"
+    return cfg.user_template.format(context=context, question=question)
+
+
+def turn_messages(cfg: PromptConfig, turns: Sequence[Turn]) -> list[dict[str, str]]:
+    """Earlier turns as chat messages, byte for byte as their own prompt had them (a turn that was
+    answered without passages, or whose passages are unknown, shows the bare question)."""
+    msgs: list[dict[str, str]] = []
+    for t in turns:
+        user = user_content(cfg, t.question, t.passages) if t.passages else t.question
+        msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": t.answer}]
+    return msgs
+
+
+def render(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], mode: str = "long",
+           history: Sequence[Turn] = ()) -> str:
     messages = [
         {"role": "system", "content": cfg.system_text(mode)},
-        {"role": "user", "content": cfg.user_template.format(context=context, question=question)},
+        *turn_messages(cfg, history),
+        {"role": "user", "content": user_content(cfg, question, passages)},
     ]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def kept_history(turns: Sequence[Turn], limit: int) -> list[Turn]:
+    """The newest turns within `limit`, dropped oldest-half-first: the kept window starts at a
+    multiple of limit/2, so consecutive turns mostly share the same start (and cached prefix)."""
+    n = len(turns)
+    if n <= limit:
+        return list(turns)
+    if limit == 0:
+        return []
+    step = max(1, limit // 2)
+    start = -(-(n - limit) // step) * step
+    return list(turns[start:])
 
 
 def system_prefix(cfg: PromptConfig, tokenizer: Any, mode: str = "long") -> str:
@@ -95,21 +142,26 @@ def system_prefix(cfg: PromptConfig, tokenizer: Any, mode: str = "long") -> str:
 
 
 def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], budget: int,
-          mode: str = "long") -> BuiltPrompt:
-    """Fit the prompt into `budget` tokens by dropping the lowest-ranked passages first.
+          mode: str = "long", history: Sequence[Turn] = ()) -> BuiltPrompt:
+    """Fit the prompt into `budget` tokens: the oldest chat turns go first, then the
+    lowest-ranked passages.
 
     Passages arrive best-first; markers are renumbered 1..n over the kept ones so the model
     never sees gaps.
     """
     kept = list(passages)
+    turns = kept_history(history, cfg.history_turns)
     dropped: list[Passage] = []
     while True:
         numbered = [_renumber(p, i + 1) for i, p in enumerate(kept)]
-        text = render(cfg, tokenizer, question, numbered, mode)
+        text = render(cfg, tokenizer, question, numbered, mode, turns)
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) <= budget:
             sys_len = len(tokenizer.encode(system_prefix(cfg, tokenizer, mode), add_special_tokens=False))
-            return BuiltPrompt(ids, text, numbered, dropped, sys_len)
+            return BuiltPrompt(ids, text, numbered, dropped, sys_len, len(turns))
+        if turns:
+            turns.pop(0)
+            continue
         if not kept:
             raise PromptTooLong(
                 f"the system prompt and the question take {len(ids)} tokens, more than the {budget} "

@@ -53,7 +53,7 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
     if policy.runs_checks and not span.refused and gave_span(text, signals):
         t1 = time.perf_counter()
         src = _first_source(text, bodies)
-        signals.update(await check_signals(generator, answer.question, bodies[src or 0], text.strip(),
+        signals.update(await check_signals(generator, answer.standalone_question, bodies[src or 0], text.strip(),
                                            policy.probe))
         answer.timings_ms["check"] = _ms(t1)
     if not span.steps:
@@ -70,7 +70,7 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     in `answer.candidates`."""
     from ..answerability import answer_check, passage_signals
 
-    q = answer.question
+    q = answer.standalone_question
     bodies = _bodies(cfg, answer)
     cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies])
     t1 = time.perf_counter()

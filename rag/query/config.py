@@ -55,12 +55,27 @@ class KeywordConfig(_Strict):
     filters: dict[Literal["year", "date", "code"], str] = Field(default_factory=dict)
 
 
+class CondenseConfig(_Strict):
+    """Multi-turn chat: the follow-up and the last turns become one standalone search query.
+
+    Why a model call: "And who kept it after her?" retrieves nothing useful on its own; the
+    previous turn says who "her" and "it" are. One short greedy call; when its output is unusable
+    the search falls back to the previous question + the follow-up (`rag.condense: fallback`).
+    """
+
+    enabled: bool = True
+    turns: int = Field(2, ge=1, le=8, description="earlier exchanges shown to the condensing call")
+    max_tokens: int = Field(48, ge=8, le=256)
+    max_answer_chars: int = Field(300, ge=0, description="each earlier answer is cut to this many characters")
+
+
 class QueryConfig(_Strict):
     rewrite: RewriteConfig = Field(default_factory=RewriteConfig)
     multi_query: MultiQueryConfig = Field(default_factory=MultiQueryConfig)
     hyde: HydeConfig = Field(default_factory=HydeConfig)
     expansion: ExpansionConfig = Field(default_factory=ExpansionConfig)
     keywords: KeywordConfig = Field(default_factory=KeywordConfig)
+    condense: CondenseConfig = Field(default_factory=CondenseConfig)
     llm_routing: bool = Field(False, description="let the LLM pick collections from their descriptions")
     system: str = Field(
         "You rewrite search queries for a document search engine. Reply only in the format asked.",

@@ -2,6 +2,8 @@
 
 `rag: true` on a chat request answers the last user message from the index instead, and adds a
 `rag` object (citations, passages) beside the usual fields, so existing clients keep working.
+Earlier user/assistant turns make it a chat turn (`rag.chat`): the follow-up is condensed into the
+standalone query searched (`rag.standalone_query`), and the prompt extends the previous turn's.
 """
 
 from __future__ import annotations
@@ -178,7 +180,11 @@ async def _generate(st, pipe, prompt, params, stream: bool, cid: str, model: str
 
 
 async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
-    question = next((m.text() for m in reversed(req.messages) if m.role == "user"), "")
+    msgs = [(m.role, m.text()) for m in req.messages if m.role in ("user", "assistant")]
+    try:
+        history, question = st.chat.history(msgs)
+    except ValueError as e:
+        raise bad("messages", str(e)) from None
     check_question(st, question, "messages")
     check_max_tokens(st, req.max_tokens, "max_tokens")
     mode = req.rag.mode if not isinstance(req.rag, bool) else None
@@ -187,11 +193,14 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
     filters = parse_filters(req.filters)
     check_collection(pipe, req.collection)
     await st.admission.__aenter__()
-    gen = pipe.astream(question, filters=filters, collection=req.collection, request_id=cid, **sampling)
+    gen = pipe.astream(question, filters=filters, collection=req.collection, request_id=cid, history=history,
+                       **sampling)
 
     def extra(a: Answer) -> dict:
+        st.chat.remember(msgs, a)  # the next turn's prompt shows this one's passages again
+        chat = {"standalone_query": a.question, "condense": "none", **a.chat}
         return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
-                "refused": a.refused, "timings_ms": a.timings_ms}
+                "refused": a.refused, "timings_ms": a.timings_ms, **chat}
 
     if not req.stream:
         answer = None
@@ -205,6 +214,7 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
             await st.admission.__aexit__(None, None, None)
         usage = {"prompt_tokens": answer.tokens.get("prompt", 0), "completion_tokens": answer.tokens.get("completion", 0)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        usage["prompt_tokens_details"] = {"cached_tokens": answer.tokens.get("cached", 0)}
         return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.text},
                              "finish_reason": answer.finish_reason or "stop"}],

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..chat import ChatMemory
 from ..config import RagConfig, ServerConfig
 from .errors import Busy
 from .metrics import Registry
@@ -109,6 +110,10 @@ class ServerState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     draining: bool = False
     progress: Progress = field(default_factory=Progress)
+    chat: ChatMemory = field(init=False)  # the passages of answered chat turns (`rag.chat`)
+
+    def __post_init__(self) -> None:
+        self.chat = ChatMemory(self.server.chat_memory_turns)
 
     def api_keys(self) -> set[str]:
         keys = set(self.server.api_keys)
