@@ -50,7 +50,7 @@ def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
 
     cfg = config_from(args)
     budget = cfg.answer.latency_budget_s
-    choice = choose(cfg.generator.engine, budget, measure=args.measure)
+    choice = choose(cfg.generator.engine, budget, measure=args.measure, remeasure_contended=True)
     sizes = {r["name"]: r["size_bytes"] for r in data}
     guessed = estimates(choice.seconds, sizes)
     for r in data:
@@ -58,6 +58,7 @@ def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
         r["seconds_per_answer"] = measured if measured is not None else guessed.get(r["name"])
         r["speed"] = "measured" if measured is not None else "estimated" if r["name"] in guessed else None
         r["auto"] = r["name"] == choice.name
+        r["contended"] = r["name"] in choice.contended
     return {"model": choice.name, "reason": choice.reason, "budget_s": budget,
             "configured": cfg.generator.engine.model,
             "note": f"{TEST_ONLY} is for tests and compression: auto picks it only when nothing else is installed"}
@@ -67,7 +68,9 @@ def _seconds(r: dict) -> str:
     s = r.get("seconds_per_answer")
     if s is None:
         return "-" if not r["installed"] else "?"
-    return f"{s:.1f} s" if r["speed"] == "measured" else f"~{s:.1f} s"
+    if r["speed"] != "measured":
+        return f"~{s:.1f} s"
+    return f"{s:.1f} s" + ("!" if r.get("contended") else "")
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -87,6 +90,9 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"seconds per answer: a 900-token prompt + 24 tokens with this config's engine settings; ~ estimated "
           f"by size, ? not measured (--measure measures); budget answer.latency_budget_s = {auto['budget_s']:g} s; "
           f"{auto['note']}")
+    if any(r.get("contended") for r in data):
+        print("! measured while the CPU was busy (the probe got under half its threads' CPU time): "
+              "`rag models list --measure` measures it again")
     if missing:
         print("install one with: rag models install NAME")
     return 0

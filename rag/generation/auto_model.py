@@ -44,6 +44,9 @@ PIN_ENV = "RAG_AUTO_MODEL"
 PROMPT_TOKENS = 900  # a typical RAG prompt: system + 5 passages + question
 ANSWER_TOKENS = 24  # a short-mode answer (answer.short_max_tokens)
 PROBE_DECODE = 16  # decoded tokens the probe times
+# A probe whose process got less than this share of its threads' CPU time ran on a busy machine:
+# its number is kept (it is what answers took then) but flagged, and `--measure` takes it again.
+CONTENDED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,11 @@ class Speed:
     prefill_s: float
     decode_s: float
     prompt_tokens: int = PROMPT_TOKENS
+    cpu_share: float | None = None  # process CPU time / (wall time x threads) while timed
+
+    @property
+    def contended(self) -> bool:
+        return self.cpu_share is not None and self.cpu_share < CONTENDED_SHARE
 
     @property
     def seconds_per_answer(self) -> float:
@@ -86,6 +94,7 @@ class Choice:
     name: str | None
     reason: str
     seconds: dict[str, float | None] = field(default_factory=dict)
+    contended: list[str] = field(default_factory=list)  # measured while the CPU was busy
 
 
 def _fmt(s: float) -> str:
@@ -179,7 +188,7 @@ class SpeedCache:
         rec = self._read().get(machine.key(entry.sha256))
         if not rec:
             return None
-        return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS))
+        return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS), rec.get("cpu_share"))
 
     def put(self, entry: ModelEntry, machine: Machine, speed: Speed) -> None:
         data = self._read()
@@ -214,7 +223,7 @@ def probe(model: str, machine: Machine, prompt_tokens: int = PROMPT_TOKENS, deco
         last = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise ProbeError(f"speed probe of {model} failed: {last}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
-    return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"])
+    return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"], d.get("cpu_share"))
 
 
 def _probe_main(argv: list[str] | None = None) -> int:
@@ -241,10 +250,15 @@ def _probe_main(argv: list[str] | None = None) -> int:
     text = ("The harbour office on the east quay is open every day; mooring fees are charged per night and "
             "depend on the boat's length. ")
     ids = llm.tokenizer.encode(text * (n // 8 + 1))[:n]
-    llm.generate(ids[:32], SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))  # one-time costs
+    # One-time costs (kernel and GEMM-primitive set-up per shape, first-touch of the weights) belong to
+    # loading, not to an answer: warm up on the same prompt shape (no prefix cache, so nothing is reused).
+    llm.generate(ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     out = llm.generate(ids, SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True))[0]
+    share = (time.process_time() - cpu0) / max(1e-9, (time.perf_counter() - wall0) * a.threads)
     met = out.metrics
-    print(json.dumps({"prefill_s": met.ttft, "decode_s": met.tpot, "prompt_tokens": len(ids)}))
+    print(json.dumps({"prefill_s": met.ttft, "decode_s": met.tpot, "prompt_tokens": len(ids),
+                      "cpu_share": round(min(1.0, share), 3)}))
     return 0
 
 
@@ -258,9 +272,10 @@ def _installed() -> list[ModelEntry]:
 
 def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, cache: SpeedCache | None = None,
            machine: Machine | None = None, run_probe: Callable[[str, Machine], Speed] = probe,
-           log: Callable[[str], None] | None = None) -> Choice:
+           log: Callable[[str], None] | None = None, remeasure_contended: bool = False) -> Choice:
     """What `auto` is on this machine. `measure`: probe the installed models that have no measurement
-    for this machine, largest first, until one fits the budget (one stderr line each)."""
+    for this machine, largest first, until one fits the budget (one stderr line each);
+    `remeasure_contended`: also those measured while the CPU was busy."""
     pin = os.environ.get(PIN_ENV, "").strip()
     if pin:
         return Choice(pin, f"{pin}: pinned by {PIN_ENV}")
@@ -272,9 +287,14 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     entries = sorted(_installed(), key=lambda e: -e.size)
     seconds: dict[str, float | None] = {}
+    contended: list[str] = []
     for e in entries:
         got = cache.get(e, machine)
         seconds[e.name] = got.seconds_per_answer if got else None
+        if got is not None and got.contended:
+            contended.append(e.name)
+            if remeasure_contended and measure:
+                seconds[e.name] = None
     if measure:
         for e in entries:
             if e.name == TEST_ONLY:
@@ -289,9 +309,16 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
                     continue
                 cache.put(e, machine, speed)
                 seconds[e.name] = speed.seconds_per_answer
+                if speed.contended:
+                    log(f"model auto: {e.name} got {speed.cpu_share:.0%} of {machine.threads} threads' CPU while "
+                        "measured (a busy machine): `rag models list --measure` measures it again")
+                elif e.name in contended:
+                    contended.remove(e.name)
             if seconds[e.name] <= budget:  # type: ignore[operator]
                 break  # the largest that fits: smaller ones need no measurement
-    return decide([(e.name, e.size) for e in entries], seconds, budget)
+    choice = decide([(e.name, e.size) for e in entries], seconds, budget)
+    choice.contended = contended
+    return choice
 
 
 def estimates(seconds: Mapping[str, float | None], sizes: Mapping[str, int]) -> dict[str, float]:

@@ -219,3 +219,30 @@ def test_models_list_estimates_unmeasured_and_names_missing(cache_dir, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
     assert rows["qwen2.5-1.5b"]["speed"] == "estimated" and rows["qwen2.5-1.5b"]["seconds_per_answer"] > 6
     assert rows["qwen2.5-0.5b"]["auto"]  # an estimate never claims the budget: 0.5B is the measured fit
+
+
+def test_a_busy_machine_measurement_is_flagged_and_measured_again_on_request(cache_dir, capsys):
+    """A probe that got a fraction of its threads' CPU (other processes on the cores) is kept, since it
+    is what answers took then, but flagged, and `--measure` takes it again."""
+    from rag.cli import main
+    from rag.config import RagConfig
+
+    fake_install(cache_dir, "qwen2.5-0.5b")
+    entry, cache = find_entry("qwen2.5-0.5b"), SpeedCache()
+    busy = Speed(prefill_s=12.0, decode_s=0.25, cpu_share=0.3)
+    assert busy.contended and not Speed(4.0, 0.08, cpu_share=0.9).contended and not Speed(4.0, 0.08).contended
+    cache.put(entry, MACHINE, busy)
+    calls: list[str] = []
+
+    def given(model: str, machine: Machine) -> Speed:
+        calls.append(model)
+        return Speed(prefill_s=4.0, decode_s=0.08, cpu_share=0.95)
+
+    c = choose(None, 6, cache=cache, machine=MACHINE, run_probe=given, log=lambda _: None)
+    assert calls == [] and c.contended == ["qwen2.5-0.5b"]  # an answer never waits for a re-measure
+    c = choose(None, 6, cache=cache, machine=MACHINE, run_probe=given, log=lambda _: None, remeasure_contended=True)
+    assert calls == ["qwen2.5-0.5b"] and c.contended == [] and c.reason.startswith("qwen2.5-0.5b: 5.8 s ≤ budget")
+    cache.put(entry, this_machine(RagConfig().generator.engine), busy)
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "17.8 s!" in out and "measured while the CPU was busy" in out
