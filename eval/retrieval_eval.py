@@ -228,4 +228,9 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
 def _default_columns(metrics: Mapping[str, float]) -> list[str]:
     preferred = ["ndcg@10", "recall@10", "recall@100", "mrr@10", "map@10", "hit@10", "all_gold@10"]
     cols = [c for c in preferred if c in metrics]
+    # QA runs: what a user would ask first (right answers, refusals, inventions), then F1/EM
+    qa = ["accuracy", "f1", "em", "refusal_acc", "false_refusal", "cited_invention_rate", "answer_recall",
+          "supported_sentence_rate"]
+    if not cols and "f1" in metrics:
+        cols = [c for c in qa if c in metrics]
     return cols or list(metrics)[:6]
