@@ -8,6 +8,7 @@ names Harrow Point and Mary Hale finds who kept that light next.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -219,6 +220,11 @@ def test_two_turn_conversation_over_http(chat_pipe):
         shared = j1["usage"]["prompt_tokens"] // 16 * 16
         assert j2["usage"]["prompt_tokens_details"]["cached_tokens"] >= shared, j2["usage"]
         assert app.state.rag.chat.hits == 1
+        with httpx.stream("POST", base + "/v1/chat/completions", timeout=300,
+                          json={**body, "stream": True, "messages": [*turn1, {"role": "user", "content": Q2}]}) as r3:
+            events = [json.loads(ln[6:]) for ln in r3.iter_lines() if ln.startswith("data: {")]
+        final = events[-1]["rag"]  # the streamed turn carries the same metadata on its last chunk
+        assert final["standalone_query"] == j2["rag"]["standalone_query"] and app.state.rag.chat.hits == 2
         bad = httpx.post(base + "/v1/chat/completions", timeout=60,
                          json={**body, "messages": [*turn1]})  # ends with the assistant: nothing to answer
         assert bad.status_code in (400, 422) and "last message" in bad.text
