@@ -45,7 +45,9 @@ def pipeline(corpus_dir, tmp_path_factory):
     from rag.pipeline import Pipeline
 
     storage = tmp_path_factory.mktemp("storage")
-    cfg = load_config(None, [f"storage.path={storage}", "generator.sampling.max_tokens=40",
+    # an explicit model (not `auto`): calibration entries the tests write are keyed by its name
+    cfg = load_config(None, [f"storage.path={storage}", "generator.engine.model=smollm2",
+                             "generator.sampling.max_tokens=40",
                              "answer.context_k=3", "generator.engine.max_model_len=1024",
                              "generator.engine.kv_cache_memory=0.5",
                              # float32 float weights: greedy output and signals the same on every CPU
