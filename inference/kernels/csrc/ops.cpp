@@ -97,11 +97,12 @@ at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtyp
   const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
   const GemmFn gemm = tb.gemm[t];
   if (gemm != nullptr && gmin > 0 && m >= gmin) {
-    // Tasks are panels of 8 output columns; ~1M multiply-adds per task at least.
-    const int64_t panels = (n_out + 7) / 8;
-    const int64_t pgrain = std::max<int64_t>(1, (int64_t(1) << 20) / (8 * k * m));
-    at::parallel_for(0, panels, pgrain, [&](int64_t b, int64_t e) {
-      gemm(k, wp, rb, rows, b * 8, std::min(n_out, e * 8), xq, xrb, m, o, n_out);
+    // Tasks are groups of 16 output columns (one 512-bit or two 256-bit panels); ~1M
+    // multiply-adds per task at least.
+    const int64_t groups = (n_out + 15) / 16;
+    const int64_t pgrain = std::max<int64_t>(1, (int64_t(1) << 20) / (16 * k * m));
+    at::parallel_for(0, groups, pgrain, [&](int64_t b, int64_t e) {
+      gemm(k, wp, rb, rows, b * 16, std::min(n_out, e * 16), xq, xrb, m, o, n_out);
     });
     return out;
   }
