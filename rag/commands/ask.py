@@ -8,6 +8,7 @@ answered with the conversation in the prompt (whose cached prefix the next turn 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Iterable
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     pipe = Pipeline.from_config(config_from(args))
     sampling = {"max_tokens": args.max_tokens} if args.max_tokens else {}
     if args.chat:
-        lines = sys.stdin if args.question is None else [args.question, *sys.stdin]
+        lines = sys.stdin if args.question is None else itertools.chain([args.question], sys.stdin)
         try:
             return chat_loop(pipe, lines, args, sampling, sys.stdout, prompt=sys.stdin.isatty())
         finally:
