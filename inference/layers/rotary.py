@@ -28,7 +28,9 @@ def rope_params(config) -> dict:
 
 def inv_frequencies(dim: int, params: dict) -> torch.Tensor:
     base = float(params["rope_theta"])
-    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    # explicit CPU: under a `torch.device("meta")` build these ops would go through torch._refs,
+    # whose import pulls in torch._dynamo and triton (~100 MB of RSS for nothing)
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
     kind = params["rope_type"]
     if kind == "linear":
         inv = inv / float(params["factor"])
@@ -53,7 +55,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, max_positions: int, config) -> None:
         super().__init__()
         inv = inv_frequencies(head_dim, rope_params(config))
-        t = torch.arange(max_positions, dtype=torch.float32)
+        t = torch.arange(max_positions, dtype=torch.float32, device=inv.device)
         freqs = torch.outer(t, inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
