@@ -45,3 +45,21 @@ def test_chat_template(llm):
     out = llm.chat([{"role": "user", "content": "What is 2+2?"}],
                    __import__("inference").SamplingParams(temperature=0.0, max_tokens=8))[0]
     assert out.metrics.prompt_tokens > 10 and out.token_ids
+
+
+def test_gguf_block_load_does_not_import_dynamo():
+    """Catches the meta-device build initialising parameters (nn.Linear/Embedding init and the
+    RoPE table run through torch._refs there, which imports torch._dynamo and triton: ~143 MB of
+    resident memory on every engine). Loads SmolLM2 in GGUF-block mode in a fresh interpreter."""
+    import subprocess
+
+    code = ("import sys; from inference.gguf_loader import load_gguf_model; "
+            "from inference.model_loader import gguf_source, resolve_model_dir; "
+            "from transformers import AutoConfig; "
+            "d = resolve_model_dir('smollm2-135m', weights=False); "
+            "m = load_gguf_model(gguf_source('smollm2-135m'), AutoConfig.from_pretrained(d)); "
+            "assert m.rotary.cos.abs().sum() > 0; "
+            "print('dynamo' if 'torch._dynamo' in sys.modules else 'clean')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "clean"
