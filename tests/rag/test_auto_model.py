@@ -147,7 +147,7 @@ def test_real_probe_measures_the_engine():
     """The subprocess probe on the real engine (SmolLM2, a short prompt): positive times."""
     from rag.config import RagConfig
 
-    s = probe("smollm2", this_machine(RagConfig().generator.engine), prompt_tokens=64, decode_tokens=4,
+    s = probe("smollm2", this_machine(RagConfig().generator.engine), prompt_tokens=64, decode_tokens=4, repeats=2,
               timeout_s=300)
     assert s.prompt_tokens == 64 and s.prefill_s > 0 and s.decode_s > 0
     assert s.seconds_per_answer > s.prefill_s
