@@ -62,6 +62,7 @@ class Machine:
     quantization: str = "auto"
     dtype: str = "auto"
     device: str = "auto"
+    kernels: str = ""  # hash of the native kernels' sources: new kernels, new speed
 
     def key(self, model_sha256: str) -> str:
         blob = json.dumps([model_sha256, asdict(self)], sort_keys=True)
@@ -161,13 +162,26 @@ def predicted_kernel_isa(flags: frozenset[str]) -> str:
     return "scalar"
 
 
+def kernel_sources_hash() -> str:
+    """The GGUF kernels' C++ sources (what their build key hashes, without importing torch)."""
+    from inference.kernels.build import CSRC
+
+    h = hashlib.sha256()
+    for path in sorted(Path(CSRC).iterdir()):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def this_machine(engine: EngineConfig) -> Machine:
     from inference.cpu_features import ENGINE_FLAGS, cpu_flags, cpu_model
 
     flags = cpu_flags()  # RAG_CPU_ISA masks count: they change the engine's paths
     return Machine(cpu=cpu_model(), flags=tuple(f for f in ENGINE_FLAGS if f in flags),
                    kernel_isa=predicted_kernel_isa(flags), threads=threads_for(engine),
-                   quantization=engine.quantization, dtype=engine.dtype, device=engine.device)
+                   quantization=engine.quantization, dtype=engine.dtype, device=engine.device,
+                   kernels=kernel_sources_hash())
 
 
 # ---- the cache -----------------------------------------------------------------------------------
