@@ -3,19 +3,22 @@
 Why measured, not guessed: seconds per answer depend on the CPU's ISA (AVX2 vs AVX-512/bf16 changes
 prefill 2x), the kernels that built, the thread count and the weights' format, so the only honest
 number is one taken on this machine. A short probe (a PROMPT_TOKENS-token prompt, PROBE_DECODE new
-tokens, the engine settings of the config, best of PROBE_REPEATS runs) runs once per (model file, CPU model + engine flags,
-kernel ISA, threads, quantization, dtype) in a subprocess and is cached in
-`<model cache>/speed.json`; an answer is then estimated as prefill of a typical RAG prompt plus
-ANSWER_TOKENS decoded tokens and compared with `answer.latency_budget_s`.
+tokens, the engine settings of the config, best of PROBE_REPEATS runs) runs in a subprocess once per
+`Machine` (model file, CPU model + engine flags, kernel ISA and sources, threads, quantization,
+dtype, device) and is cached in `<model cache>/speed.json`; an answer is then estimated as the
+prefill of a typical RAG prompt plus ANSWER_TOKENS decoded tokens and compared with
+`answer.latency_budget_s`.
 
 The rule (`decide`, pure): among installed catalogue models other than SmolLM2, largest first, the
 first whose measured seconds per answer fit the budget. None fits: the fastest measured one (and
 the reason says it is over budget). Nothing measured and no measurement possible: the static rule,
-the smallest installed one (Qwen2.5-0.5B: within 6 s on the CPUs in docs/performance.md). SmolLM2
-is kept for tests and compression and chosen only when nothing else is installed.
-`RAG_AUTO_MODEL=NAME` pins what `auto` becomes without measuring (the test suite pins smollm2).
+the smallest installed one (Qwen2.5-0.5B: 2.4-3.2 s p50 per question on the idle 2-core box of
+docs/performance.md). SmolLM2 is kept for tests and compression and chosen only when nothing else
+is installed. `RAG_AUTO_MODEL=NAME` pins what `auto` becomes without measuring (the test suite pins
+smollm2).
 
-Kept free of torch: `rag models list` reads the cache and decides without loading a model.
+This module imports no torch and loads no model: the probe runs the engine in its own process, and
+`rag models list` decides from the cache.
 """
 
 from __future__ import annotations
@@ -261,8 +264,7 @@ def _probe_main(argv: list[str] | None = None) -> int:
     n, m = a.prompt_tokens, a.decode_tokens
     blocks = -(-(n + m + 16) // 16) + 8
     llm = LLM(a.model, quantization=a.quantization, dtype=a.dtype, device=a.device, num_threads=a.threads,
-              max_model_len=n + m + 16,
-              num_blocks=blocks, enable_prefix_caching=False)
+              max_model_len=n + m + 16, num_blocks=blocks, enable_prefix_caching=False)
     text = ("The harbour office on the east quay is open every day; mooring fees are charged per night and "
             "depend on the boat's length. ")
     ids = llm.tokenizer.encode(text * (n // 8 + 1))[:n]
