@@ -87,6 +87,8 @@ def run_list(args: argparse.Namespace) -> int:
               f"{'<-' if r['auto'] else '':4} {r['model']}")
     missing = [r["name"] for r in data if not r["installed"]]
     print(f"auto → {auto['reason']}" + "".join(f"; {n} not installed" for n in missing))
+    if auto["configured"] != "auto":
+        print(f"(this config names generator.engine.model={auto['configured']}: auto is not used)")
     print(f"seconds per answer: a 900-token prompt + 24 tokens with this config's engine settings; ~ estimated "
           f"by size, ? not measured (--measure measures); budget answer.latency_budget_s = {auto['budget_s']:g} s; "
           f"{auto['note']}")

@@ -213,6 +213,9 @@ def test_models_list_estimates_unmeasured_and_names_missing(cache_dir, capsys):
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
     assert "auto → qwen2.5-0.5b: not measured yet, static rule" in out and "qwen2.5-1.5b not installed" in out
+    assert "auto is not used" not in out
+    assert main(["models", "list", "--set", "generator.engine.model=smollm2"]) == 0
+    assert "names generator.engine.model=smollm2: auto is not used" in capsys.readouterr().out
     fake_install(cache_dir, "qwen2.5-1.5b")
     _measured(cache_dir, {"qwen2.5-0.5b": 3.0})
     assert main(["models", "list", "--json"]) == 0
