@@ -359,3 +359,21 @@ def test_panel_gemm_extreme_values_do_not_saturate(qtype: int, gemm_rows):
             gemm_rows(1)
             out = ops.quant_matmul(x, w, qtype, k).numpy()
             assert rel_max(out, base) < 1e-5, f"{F.type_name(qtype)} isa={isa} sign={sign}"
+
+
+@pytest.mark.parametrize("qtype", [F.Q5_0, F.Q6_K], ids=F.type_name)
+def test_panel_gemm_row_blocks(qtype: int, gemm_rows):
+    """Catches the GEMM's activation row blocking skipping or repeating rows at block edges
+    (a block of 1 KiB holds a few rows only, so 45 rows span many blocks with a ragged tail):
+    the output must equal the unblocked GEMM to the bit."""
+    gemm_rows(1)
+    k = 512
+    w = torch.from_numpy(make_weights(qtype, 40, k, seed=6))
+    x = torch.randn(45, k)
+    whole = ops.quant_matmul(x, w, qtype, k)
+    before = int(torch.ops.ragk.set_gemm_xblock_kb(1))
+    try:
+        blocked = ops.quant_matmul(x, w, qtype, k)
+    finally:
+        torch.ops.ragk.set_gemm_xblock_kb(before)
+    assert torch.equal(blocked, whole)

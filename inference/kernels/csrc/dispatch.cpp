@@ -89,4 +89,16 @@ bool select_isa(const char* name) {
 
 const char* supported_isas_csv() { return registry().csv.c_str(); }
 
+namespace {
+std::atomic<int64_t> g_xblock_kb{[] {
+  const char* env = std::getenv("RAG_GEMM_XBLOCK_KB");
+  const int64_t v = env ? int64_t(std::atoll(env)) : 2048;
+  return v > 0 ? v : int64_t(2048);
+}()};
+}  // namespace
+
+int64_t gemm_xblock_kb() { return g_xblock_kb.load(std::memory_order_relaxed); }
+
+int64_t set_gemm_xblock_kb(int64_t kb) { return g_xblock_kb.exchange(kb > 0 ? kb : 2048); }
+
 }  // namespace ragk

@@ -176,6 +176,8 @@ int64_t row_bytes_op(int64_t qtype, int64_t k) { return row_bytes_checked(qtype,
 
 int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(rows); }
 
+int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
+
 bool has_gemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
 }
@@ -195,4 +197,5 @@ TORCH_LIBRARY(ragk, m) {
   m.def("row_bytes(int qtype, int k) -> int", &ragk::row_bytes_op);
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
+  m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
 }
