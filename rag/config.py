@@ -28,6 +28,9 @@ class AnswerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     context_k: int = Field(5, ge=1, le=50, description="passages given to the model")
+    follow_up_k: int | None = Field(3, ge=1, le=50, description=(
+        "passages given to a chat follow-up (its prompt already holds the earlier turns' passages, and "
+        "every new one is prefilled: fewer keep the second turn fast); null: context_k"))
     attribute: bool = Field(True, description="add inferred citations when the model writes none")
     attribution_overlap: float = Field(0.3, ge=0.0, le=1.0)
     refuse_below: float | None = Field(None, description="refuse without generating if the best score is lower")

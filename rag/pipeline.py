@@ -145,14 +145,30 @@ class Pipeline:
                 if key in r.timings_ms:
                     timings[key] = timings.get(key, 0.0) + r.timings_ms[key]
         t1 = time.perf_counter()
-        cands = fuse_searches(results, [q.weight for q in plan.searches], self.cfg.retrieval.fusion.k)
+        weights = [q.weight for q in plan.searches]
+        cands = fuse_searches(results, weights, self.cfg.retrieval.fusion.k)
         timings["fuse"] = _ms(t1)
+        hops = []
+        if self.cfg.query.multi_hop.enabled and cands:
+            from .query.multihop import MultiHop
+
+            def follow(query: str) -> SearchResult:
+                with self.lock:
+                    return self.retriever.search(query, k=depth, filters=flt, collection=coll,
+                                                 must_terms=plan.must_terms or None)
+
+            t3 = time.perf_counter()
+            hopper = MultiHop(self.cfg.query.multi_hop, self.generator, self.cfg.query.system)
+            cands, hops = hopper.run(question, [q.text for q in plan.searches], cands, results, weights, follow,
+                                     self.cfg.retrieval.fusion.k)
+            timings["multi_hop"] = _ms(t3)
         if cands:
             t2 = time.perf_counter()
             cands = self.reranker.rank(question, cands)
             timings["rerank"] = _ms(t2)
         res = SearchResult(cands[:k], timings, results[0].collections if results else [])
-        res.queries = [q.text for q in plan.searches]  # type: ignore[attr-defined]
+        res.queries = [q.text for q in plan.searches] + [h.query for h in hops if h.query]  # type: ignore[attr-defined]
+        res.hops = [h.metadata() for h in hops]  # type: ignore[attr-defined]
         return res
 
     # ---- answering ----------------------------------------------------------------------
@@ -179,12 +195,13 @@ class Pipeline:
         ac = self.cfg.answer
         condensed = self.condenser.condense(history, question) if history else None
         query = condensed.query if condensed else question
-        res = self.search(query, filters=filters, collection=collection, k=k or ac.context_k)
+        k = k or (ac.follow_up_k if history and ac.follow_up_k else ac.context_k)
+        res = self.search(query, filters=filters, collection=collection, k=k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [query]))
         if condensed:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
-        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
+        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[:k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return self._prompt_for(answer, passages, t0, sampling, mode, history)

@@ -31,6 +31,7 @@ DEFAULT_SYSTEM = (
     "4. If the passages do not contain the answer, reply exactly: {refusal}"
 )
 DEFAULT_REFUSAL = "I don't know based on the provided documents."
+SHOWN_BEFORE = "(the same passage as in an earlier question above)"
 DEFAULT_SHORT_SYSTEM = (
     "You answer questions by copying the answer from the numbered context passages the user "
     "provides.\n"
@@ -96,28 +97,40 @@ def _passage_text(cfg: PromptConfig, p: Passage) -> str:
     return cfg.passage_template.format(marker=p.marker, title=title or p.source, text=text).strip()
 
 
-def user_content(cfg: PromptConfig, question: str, passages: list[Passage]) -> str:
-    """The user message of a turn: its numbered passages, then its question."""
-    context = "\n\n".join(_passage_text(cfg, p) for p in passages) or "(no passages)"
+def user_content(cfg: PromptConfig, question: str, passages: list[Passage], shown: frozenset[str] = frozenset()) -> str:
+    """The user message of a turn: its numbered passages, then its question. A passage an earlier
+    turn of the prompt already shows (`shown`, chunk ids) is named, not repeated: repeating it
+    would prefill its tokens again on every turn that retrieves it."""
+    context = "\n\n".join(_reference(cfg, p) if p.chunk_id in shown else _passage_text(cfg, p)
+                           for p in passages) or "(no passages)"
     return cfg.user_template.format(context=context, question=question)
 
 
-def turn_messages(cfg: PromptConfig, turns: Sequence[Turn]) -> list[dict[str, str]]:
+def _reference(cfg: PromptConfig, p: Passage) -> str:
+    return cfg.passage_template.format(marker=p.marker, title=p.title or p.source,
+                                       text=SHOWN_BEFORE).strip()
+
+
+def conversation(cfg: PromptConfig, turns: Sequence[Turn]) -> tuple[list[dict[str, str]], frozenset[str]]:
     """Earlier turns as chat messages, byte for byte as their own prompt had them (a turn that was
-    answered without passages, or whose passages are unknown, shows the bare question)."""
+    answered without passages, or whose passages are unknown, shows the bare question), and the
+    chunk ids they show."""
     msgs: list[dict[str, str]] = []
+    shown: frozenset[str] = frozenset()
     for t in turns:
-        user = user_content(cfg, t.question, t.passages) if t.passages else t.question
+        user = user_content(cfg, t.question, t.passages, shown) if t.passages else t.question
         msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": t.answer}]
-    return msgs
+        shown |= {p.chunk_id for p in t.passages}
+    return msgs, shown
 
 
 def render(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passage], mode: str = "long",
            history: Sequence[Turn] = ()) -> str:
+    earlier, shown = conversation(cfg, history)
     messages = [
         {"role": "system", "content": cfg.system_text(mode)},
-        *turn_messages(cfg, history),
-        {"role": "user", "content": user_content(cfg, question, passages)},
+        *earlier,
+        {"role": "user", "content": user_content(cfg, question, passages, shown)},
     ]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 

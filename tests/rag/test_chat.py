@@ -8,6 +8,7 @@ names Harrow Point and Mary Hale finds who kept that light next.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -178,6 +179,27 @@ def test_history_too_long_drops_the_oldest_turns_first(chat_pipe):
     assert len(built.passages) == len(a1.passages)  # the new turn's passages are kept
     starts = [len(history[: n]) - len(prompt_mod.kept_history(history[:n], 6)) for n in range(7, 13)]
     assert starts == [3, 3, 3, 6, 6, 6]  # the window moves by half its size, not by one turn
+
+
+def test_a_passage_shown_in_an_earlier_turn_is_named_not_repeated(chat_pipe):
+    """Bug caught: a follow-up that retrieves a passage turn 1 already showed repeats its text, so
+    every such turn prefills it again; and the reference must render the same when the turn is
+    history (else turn 3 no longer extends turn 2's cached prompt)."""
+    from rag import prompt as prompt_mod
+
+    a1 = chat_pipe.ask(Q1, max_tokens=24)
+    cfg, tok = chat_pipe.cfg.prompt, chat_pipe.generator.tokenizer
+    again = [dataclasses.replace(a1.passages[0], marker=2),
+             dataclasses.replace(a1.passages[1], chunk_id="new-chunk", text="A new passage about beacons.",
+                                 marker=1)]
+    history = [ChatTurn.from_answer(a1)]
+    built2 = prompt_mod.build(cfg, tok, Q2, again, 1000, "long", history)
+    body = prompt_mod.passage_body(cfg, a1.passages[0])
+    assert built2.text.count(body) == 1 and prompt_mod.SHOWN_BEFORE in built2.text
+    turn2 = ChatTurn(Q2, "Tobias Brand [2].", built2.passages)
+    built3 = prompt_mod.build(cfg, tok, "When did he retire?", [], 1000, "long", [*history, turn2])
+    prefix = built2.text + "Tobias Brand [2]."
+    assert built3.text.startswith(prefix) and built3.text.count(body) == 1
 
 
 def test_chat_memory_restores_passages_only_for_the_same_conversation(chat_pipe):
