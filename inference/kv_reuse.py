@@ -255,12 +255,17 @@ class KVReuse:
             self.recomputed_tokens += n_sel
             keep = ~reused
             reused_rel = reused.nonzero().squeeze(1)
-            keep[reused_rel[dev.topk(n_sel).indices.cpu()]] = True
+            keep[reused_rel[self._select(dev, n_sel).cpu()]] = True
             if not bool(keep.any()):
                 return  # every later layer keeps the reused K/V
             sub = keep.nonzero().squeeze(1)  # rows of x (all tokens are rows before the check)
             x = x[sub.to(x.device)]
             ids, pos, meta = self._meta([(tokens[sub], positions[sub], slots[start:end][sub.to(slots.device)], ctx)])
+
+    def _select(self, deviation: torch.Tensor, n: int) -> torch.Tensor:
+        """Which reused tokens to recompute: CacheBlend's rule, the `n` largest K/V deviations on
+        the check layer (an overridable hook: the comparison against random picks in the docs)."""
+        return deviation.topk(n).indices
 
     # ---- introspection ------------------------------------------------------------------
     def stats(self) -> dict:

@@ -146,10 +146,9 @@ class Scheduler:
                 break  # its prefix is being computed right now: admit it next step as a cache hit
             hit = self.bm.match_prefix(seq) if seq.params.prompt_logprobs is None else 0
             blend = self.reuse is not None and seq.params.prompt_logprobs is None and self.reuse(seq)
+            if blend and seq.num_uncomputed > budget and (decodes or prefills):
+                blend = False  # the reuse pass is not chunked: without room, a plain chunked prefill
             n = seq.num_uncomputed if blend else min(seq.num_uncomputed, budget)
-            if blend and n > budget and (decodes or prefills):
-                self.bm.free(seq)  # one unchunked pass: wait for a step with room for it
-                break
             if not self.bm.ensure(seq, n):
                 self.bm.free(seq)  # give back the prefix blocks; retry when others finish
                 break

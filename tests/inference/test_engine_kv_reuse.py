@@ -14,6 +14,7 @@ import torch
 from inference import SamplingParams
 from inference.kv_cache import bytes_per_block
 from inference.kv_reuse import NoRotaryError, join_segments, require_rope
+from inference.model_loader import resolve_model_dir
 
 PASSAGES = [
     "Paris is the capital and most populous city of France. It is located on the Seine river, in the north.",
@@ -37,9 +38,12 @@ def rag_prompt(tok, order: list[int], question: str = QUESTION, system: str = SY
 
 
 @pytest.fixture(scope="module")
-def pc_llm(engine_factory, llm, tmp_path_factory):
-    m = llm.engine.model
-    per_block = bytes_per_block(len(m.layers), 16, m.num_kv_heads, m.head_dim, False, torch.float32)
+def pc_llm(engine_factory, tmp_path_factory):
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(str(resolve_model_dir("smollm2")))
+    per_block = bytes_per_block(c.num_hidden_layers, 16, c.num_key_value_heads,
+                                c.hidden_size // c.num_attention_heads, False, torch.float32)
     disk = tmp_path_factory.mktemp("passage_kv")
     eng = engine_factory(num_blocks=64, max_num_batched_tokens=512,
                          passage_cache={"enabled": True, "max_gb": POOL_BLOCKS * per_block / 2**30,
@@ -69,10 +73,10 @@ def _reference(llm, ids, n: int = 12, **kw):
     return out
 
 
-def test_shift_keys_equals_rope_at_the_target_position(llm):
+def test_shift_keys_equals_rope_at_the_target_position(pc_llm):
     """Bug: a wrong sign for negative deltas or a non-composing rotation (the cache would hold K at
     the wrong position)."""
-    rot = llm.engine.model.rotary
+    rot = pc_llm.engine.model.rotary
     g = torch.Generator().manual_seed(0)
     k = torch.randn(6, 3, 64, generator=g)
     q = torch.zeros_like(k)
@@ -251,7 +255,8 @@ def test_cache_reuse_shifts_cached_blocks(engine_factory):
     assert out.token_ids[0] == ref.token_ids[0]
 
 
-def test_reuse_is_refused_without_rope(llm):
+def test_reuse_is_refused_without_rope(pc_llm):
+    """Bug: a model without RoPE would get unrotatable K/V moved to new positions silently."""
     with pytest.raises(NoRotaryError, match="rotary position embeddings"):
         require_rope(torch.nn.Linear(2, 2), "generator.engine.cache_reuse")
-    assert require_rope(llm.engine.model, "cache_reuse") is llm.engine.model.rotary
+    assert require_rope(pc_llm.engine.model, "cache_reuse") is pc_llm.engine.model.rotary
