@@ -149,7 +149,7 @@ class Pipeline:
         cands = fuse_searches(results, weights, self.cfg.retrieval.fusion.k)
         timings["fuse"] = _ms(t1)
         hops = []
-        if self.cfg.query.multi_hop.enabled and cands:
+        if self.cfg.query.multi_hop.enabled and self.cfg.query.multi_hop.max_hops > 1 and cands:
             from .query.multihop import MultiHop
 
             def follow(query: str) -> SearchResult:
@@ -195,13 +195,12 @@ class Pipeline:
         ac = self.cfg.answer
         condensed = self.condenser.condense(history, question) if history else None
         query = condensed.query if condensed else question
-        k = k or (ac.follow_up_k if history and ac.follow_up_k else ac.context_k)
-        res = self.search(query, filters=filters, collection=collection, k=k)
+        res = self.search(query, filters=filters, collection=collection, k=k or ac.context_k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [query]))
         if condensed:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
-        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[:k])]
+        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return self._prompt_for(answer, passages, t0, sampling, mode, history)

@@ -69,6 +69,19 @@ class CondenseConfig(_Strict):
     max_answer_chars: int = Field(300, ge=0, description="each earlier answer is cut to this many characters")
 
 
+class MultiHopConfig(_Strict):
+    """Iterative retrieval for bridge questions (`rag/query/multihop.py`): after each search the
+    engine reads the top passages and either stops (they answer the question) or names a follow-up
+    query, whose results are fused with the earlier ones."""
+
+    enabled: bool = False
+    max_hops: int = Field(2, ge=1, le=4, description="searches in all, the first one included")
+    passages: int = Field(3, ge=1, le=8, description="top passages shown to the follow-up call")
+    passage_chars: int = Field(600, ge=100, le=4000, description="each shown passage is cut to this")
+    max_tokens: int = Field(40, ge=8, le=128)
+    weight: float = Field(1.0, description="RRF weight of each follow-up search")
+
+
 class QueryConfig(_Strict):
     rewrite: RewriteConfig = Field(default_factory=RewriteConfig)
     multi_query: MultiQueryConfig = Field(default_factory=MultiQueryConfig)
@@ -76,6 +89,7 @@ class QueryConfig(_Strict):
     expansion: ExpansionConfig = Field(default_factory=ExpansionConfig)
     keywords: KeywordConfig = Field(default_factory=KeywordConfig)
     condense: CondenseConfig = Field(default_factory=CondenseConfig)
+    multi_hop: MultiHopConfig = Field(default_factory=MultiHopConfig)
     llm_routing: bool = Field(False, description="let the LLM pick collections from their descriptions")
     system: str = Field(
         "You rewrite search queries for a document search engine. Reply only in the format asked.",

@@ -106,3 +106,60 @@ def test_no_transform_means_one_search_and_no_llm(pipeline, question):
     assert not planner.needs_llm
     plan = planner.plan(question)
     assert [s.text for s in plan.searches] == [question] and not plan.generated
+
+
+def test_multi_hop_stop_rules():
+    """Catches a hop loop or a crash on odd engine output: the engine saying "answered", an empty
+    query, a query that repeats the question or an earlier search, or unparsable text all stop the
+    iteration; only a new query continues it."""
+    from rag.query.multihop import decide
+
+    q = "Which team did the director of Blue Harbor play for?"
+    assert decide('{"status": "answered", "query": ""}', q, [q]).reason == "answered"
+    assert decide('{"status": "search", "query": "  "}', q, [q]).reason == "empty"
+    assert decide('{"status": "search", "query": "which team did the director of blue harbor play for"}',
+                  q, [q]).reason == "repeat"
+    assert decide('{"status": "search", "query": "Mara Quill team"}', q, [q, "mara quill team?"]).reason == "repeat"
+    assert decide('{"status": "sea', q, [q]).reason == "unparsed"
+    hop = decide('{"status": "search", "query": "Mara Quill football team"}', q, [q])
+    assert (hop.query, hop.reason) == ("Mara Quill football team", "search")
+
+
+def test_multi_hop_prompt_starts_with_a_shared_prefix(pipeline):
+    """Catches the follow-up prompt putting per-question text before the instruction, which would
+    make the engine recompute the fixed part for every question instead of reusing its cache."""
+    from rag.query.config import MultiHopConfig
+    from rag.query.multihop import MultiHop
+
+    hopper = MultiHop(MultiHopConfig(enabled=True), pipeline.generator, pipeline.cfg.query.system)
+    tok = pipeline.generator.tokenizer
+
+    def text(q: str, passages: list[str]) -> str:
+        return tok.apply_chat_template(hopper.prompt(q, passages), tokenize=False, add_generation_prompt=True)
+
+    a = text("What is the capital of Zarnovia?", ["Zarnovia is an island."])
+    b = text("How long does the XR-300 fly?", ["The XR-300 drone."])
+    fixed = a[: a.index("Passages:")]
+    assert b.startswith(fixed) and "Question" not in fixed and len(fixed) > 300
+    n = len(tok.encode(fixed, add_special_tokens=False)) - 2
+    assert tok.encode(a, add_special_tokens=False)[:n] == tok.encode(b, add_special_tokens=False)[:n]
+
+
+def test_multi_hop_follow_up_is_searched_and_fused(pipeline):
+    """Catches a follow-up query that is decided but never searched or never fused: with
+    `query.multi_hop` on, the real engine's decision is recorded; when it names a query, that query
+    is in `queries` and its own best result is among the fused candidates; `max_hops: 1` makes no
+    engine call at all."""
+    question = "What is the capital of the country with the glass bridges, and how many people live there?"
+    one = variant(pipeline, multi_hop={"enabled": True, "max_hops": 1}).search(question, k=5)
+    assert one.hops == [] and "multi_hop" not in one.timings_ms
+    res = variant(pipeline, multi_hop={"enabled": True, "max_hops": 2}).search(question, k=5)
+    assert len(res.hops) == 1 and res.hops[0]["reason"] in {"answered", "search", "repeat", "empty", "unparsed"}
+    assert "multi_hop" in res.timings_ms
+    query = res.hops[0]["query"]
+    if query is not None:
+        assert res.queries[-1] == query
+        alone = pipeline.retriever.search(query, k=5)
+        assert alone.candidates[0].chunk.chunk_id in {c.chunk.chunk_id for c in res.candidates}
+    else:
+        assert res.queries == [question]
