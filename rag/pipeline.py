@@ -195,12 +195,13 @@ class Pipeline:
         ac = self.cfg.answer
         condensed = self.condenser.condense(history, question) if history else None
         query = condensed.query if condensed else question
-        res = self.search(query, filters=filters, collection=collection, k=k or ac.context_k)
+        k = k or (ac.follow_up_k if history and ac.follow_up_k else ac.context_k)
+        res = self.search(query, filters=filters, collection=collection, k=k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [query]))
         if condensed:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
-        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[: k or ac.context_k])]
+        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[:k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return self._prompt_for(answer, passages, t0, sampling, mode, history)
