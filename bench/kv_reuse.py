@@ -85,7 +85,8 @@ def run(args, passage_cache: bool, items, corpus) -> dict:
     tok = llm.tokenizer
     prompts = [prompt(tok, q, chosen, corpus, args.max_chars) for q, chosen in items]
     one = SamplingParams(temperature=0.0, max_tokens=1)
-    llm.generate([prompts[0][0]], one)  # caches the system prompt (and warms the kernels)
+    head = prompts[0][0][:prompts[0][1][0][0]]  # the template before the first passage
+    llm.generate([head], one)  # caches the system prompt alone (a whole prompt would be a prefix hit later)
     if passage_cache:  # warm the passage cache: every distinct passage once
         seen: set[int] = set()
         for q, chosen in items:
