@@ -153,8 +153,9 @@ def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.
     block for 4 activation rows; from there the panel GEMM packs 8 weight rows at a time and
     runs them against all rows. Measured on a 2-core Zen 5 (1 thread, busy box), AVX2 path:
     GEMVs 3-8x faster than fp32 F.linear on the dequantised weight; at M=64-512 the panel GEMM
-    is 2-3.5x the row kernels and 1.5-3x fp32, while a bf16 F.linear (AVX512-BF16) is still
-    ~1.7x faster at M >= 128 (gguf_linear's DENSE_MIN_ROWS rule uses it there).
+    is 2-3.5x the row kernels and 1.5-3x fp32; on the AVX-512 path (16-row panels, VNNI) a whole
+    prefill runs 1.4x faster than dequantise + AVX512-BF16 GEMM (gguf_linear keeps that rule for
+    AMX CPUs only).
     """
     out = _op("quant_matmul")(_as_2d(x), w, qtype, k)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])

@@ -16,17 +16,15 @@ Float rule: a row group whose GGUF type is F32 (and a tensor of a type the kerne
 with `F.linear`; it is the same bytes the file holds, and MKL's sgemm is the fastest kernel for
 float32 weights at any shape. No quantised 2-D tensor gets a persistent float copy (4-7x the
 memory). One measured exception, transient: with M >= `DENSE_MIN_ROWS` (128) activation rows on
-a CPU with native bf16 GEMMs (AVX512-BF16/AMX), the rows are dequantised in chunks of
-`DENSE_CHUNK` elements (exact, the kernels' own dequantiser), cast to bf16 and multiplied in bf16
-(fp32 accumulation), then dropped. Measured, Qwen2.5-0.5B shapes, 1 thread, idle-ish 2-core EPYC
-Zen 5, ms per call, kernel / dequantise + bf16 GEMM:
-  gate_up Q5_0 9728x896: M=16 3.0 / 29;  M=64 12 / 28;   M=128 24 / 15;   M=512 95 / 43
-  down Q6_K 896x4864:    M=16 1.0 / 6.8; M=64 3.9 / 7.4; M=128 7.6 / 8.2; M=512 29 / 16
-  qkv Q5_0 1024x896:     M=16 0.3 / 1.3; M=64 1.6 / 1.0; M=128 2.4 / 1.3; M=512 11 / 3.0
-  o Q5_0 896x896:        M=16 0.3 / 0.7; M=64 1.6 / 0.9; M=128 2.1 / 1.1; M=512 9.4 / 2.5
-so decode and small batches stay on the blocks (up to ~10x faster there) and a prompt chunk of
->= 128 tokens takes the bf16 GEMM (1.6-3.7x faster from M = 128-512; bf16 activations round
-about as finely as the kernels' Q8_0 ones). Without native bf16 the kernels always run. Norms and
+a CPU with AMX (bf16 tile GEMMs), the rows are dequantised in chunks of `DENSE_CHUNK` elements
+(exact, the kernels' own dequantiser), cast to bf16 and multiplied in bf16 (fp32 accumulation),
+then dropped. Why only AMX: with the kernels' panel GEMM (x86_gemm.inc) the blocks beat the
+AVX512-BF16 GEMM too. Measured on a 2-core EPYC Zen 5 (avx512_bf16/vnni, no AMX), 1 thread, a
+900-token prompt's prefill, dequantise + bf16 GEMM vs blocks: Qwen2.5-0.5B 4.02 s vs 2.79 s,
+Qwen2.5-1.5B 10.7 s vs 7.9 s (before the panel GEMM the bf16 path was 1.6-3.7x faster than the
+row kernels at M = 128-512, which is why this rule existed for AVX512-BF16 too). AMX runs bf16
+tiles at several times AVX-512's rate, so there the rule stays (not re-measured: no AMX machine
+in this session). Norms and
 biases (1-D) stay float32.
 
 Row tensors are plain attributes, not parameters or buffers: `model.to(bfloat16)` must not round
@@ -117,15 +115,15 @@ def dequantize_np(rows: torch.Tensor, qtype: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
 
 
-DENSE_MIN_ROWS = 128  # activation rows from which a transient bf16 GEMM beats the block kernels
+DENSE_MIN_ROWS = 128  # activation rows from which a transient AMX bf16 GEMM beats the block kernels
 DENSE_CHUNK = 1 << 22  # weight elements dequantised at once (16 MB float32 + 8 MB bf16)
 
 
 @functools.lru_cache(maxsize=1)
-def _native_bf16() -> bool:
-    from inference.cpu_features import has_fast_bf16
+def _amx_bf16() -> bool:
+    from inference.cpu_features import cpu_flags
 
-    return has_fast_bf16()
+    return "amx_bf16" in cpu_flags()
 
 
 def _dequantised_bf16_matmul(x: torch.Tensor, g: RowGroup) -> torch.Tensor:
@@ -198,7 +196,7 @@ class GGUFLinear(nn.Module):
     def _group_matmul(self, x: torch.Tensor, g: RowGroup) -> torch.Tensor:
         if g.qtype == F32 or self.backend == "torch":
             return F.linear(x, g.dense())
-        if x.shape[0] >= DENSE_MIN_ROWS and _native_bf16():
+        if x.shape[0] >= DENSE_MIN_ROWS and _amx_bf16():
             return _dequantised_bf16_matmul(x, g)
         return kernel_ops().quant_matmul(x, g.rows, g.qtype, g.k)
 
