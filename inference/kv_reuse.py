@@ -293,3 +293,38 @@ def join_segments(tokenizer, pieces: list[tuple[str, bool]]) -> tuple[list[int],
             spans.append((len(ids), len(ids) + len(toks)))
         ids += toks
     return ids, spans
+
+
+def locate_spans(tokenizer, ids: list[int], texts: list[str]) -> list[tuple[int, int]]:
+    """Spans of `texts` (in prompt order) inside `ids`, a prompt tokenised as one string: for a
+    caller that renders the prompt whole and knows its passages' texts. A boundary token may have
+    merged with a neighbour, so the passage's own tokens are searched whole (also with the
+    leading space BPE vocabularies fold into a word's token: "[1] Paris" holds " Paris", and the
+    template before it then stays the same for every first passage), then without the first and/or
+    last one; a passage not found gets no span (it is simply computed)."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for text in texts:
+        found = None
+        variants = [tokenizer.encode(v, add_special_tokens=False) for v in (" " + text, text)]
+        for trim_a, trim_b in ((0, 0), (1, 0), (0, 1), (1, 1)):  # whole tokens first, either variant
+            for toks in variants:
+                sub = toks[trim_a:len(toks) - trim_b]
+                pos = _find(ids, sub, at) if len(sub) >= MIN_PASSAGE_TOKENS else -1
+                if pos >= 0:
+                    found = (pos, pos + len(sub))
+                    break
+            if found:
+                break
+        if found:
+            spans.append(found)
+            at = found[1]
+    return spans
+
+
+def _find(ids: list[int], sub: list[int], start: int) -> int:
+    first, n = sub[0], len(sub)
+    for i in range(start, len(ids) - n + 1):
+        if ids[i] == first and ids[i:i + n] == sub:
+            return i
+    return -1

@@ -13,7 +13,7 @@ import torch
 
 from inference import SamplingParams
 from inference.kv_cache import bytes_per_block
-from inference.kv_reuse import NoRotaryError, join_segments, require_rope
+from inference.kv_reuse import NoRotaryError, join_segments, locate_spans, require_rope
 from inference.model_loader import resolve_model_dir
 
 PASSAGES = [
@@ -260,3 +260,29 @@ def test_reuse_is_refused_without_rope(pc_llm):
     with pytest.raises(NoRotaryError, match="rotary position embeddings"):
         require_rope(torch.nn.Linear(2, 2), "generator.engine.cache_reuse")
     assert require_rope(pc_llm.engine.model, "cache_reuse") is pc_llm.engine.model.rotary
+
+
+def test_locate_spans_gives_the_same_passage_tokens_at_any_position(pc_llm):
+    """A prompt rendered and tokenised whole (as rag builds it): the located passage tokens must be
+    the same in two prompts that hold the passage at different positions, or the cache never hits.
+    Bug: spans off by a boundary token, or a passage matched inside another one."""
+    tok = pc_llm.tokenizer
+
+    def render(order):
+        body = "\n\n".join(f"[{j + 1}] {PASSAGES[i]}" for j, i in enumerate(order))
+        text = SYSTEM + body + f"\n\nQuestion: {QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+        ids = tok.encode(text, add_special_tokens=False)
+        return ids, locate_spans(tok, ids, [PASSAGES[i] for i in order])
+
+    a_ids, a_spans = render([0, 1, 2])
+    b_ids, b_spans = render([2, 0])
+    assert len(a_spans) == 3 and len(b_spans) == 2
+    assert a_ids[slice(*a_spans[0])] == b_ids[slice(*b_spans[1])]  # passage 0: first, then second
+    assert a_ids[slice(*a_spans[2])] == b_ids[slice(*b_spans[0])]
+    assert PASSAGES[1][5:-5] in tok.decode(a_ids[slice(*a_spans[1])])
+    pc_llm.clear_prefix_cache()
+    pc_llm.generate([a_ids], _greedy(1), passage_spans=[a_spans])
+    hits = pc_llm.stats()["passage_cache_hits"]
+    pc_llm.clear_prefix_cache()
+    pc_llm.generate([b_ids], _greedy(1), passage_spans=[b_spans])
+    assert pc_llm.stats()["passage_cache_hits"] - hits >= 1  # passage 0 moved to second place: a hit
