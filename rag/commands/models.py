@@ -93,8 +93,8 @@ def run_list(args: argparse.Namespace) -> int:
           f"by size, ? not measured (--measure measures); budget answer.latency_budget_s = {auto['budget_s']:g} s; "
           f"{auto['note']}")
     if any(r.get("contended") for r in data):
-        print("! measured while the CPU was busy (the probe got under half its threads' CPU time): "
-              "`rag models list --measure` measures it again")
+        print("! measured while other processes kept the CPU busy (load before the probe, or its threads' CPU "
+              "share): `rag models list --measure` measures it again")
     if missing:
         print("install one with: rag models install NAME")
     return 0

@@ -48,9 +48,13 @@ PROMPT_TOKENS = 900  # a typical RAG prompt: system + 5 passages + question
 ANSWER_TOKENS = 24  # a short-mode answer (answer.short_max_tokens)
 PROBE_DECODE = 16  # decoded tokens the probe times
 PROBE_REPEATS = 3  # timed runs; the fastest counts
-# A probe whose process got less than this share of its threads' CPU time ran on a busy machine:
-# its number is kept (it is what answers took then) but flagged, and `--measure` takes it again.
+# A probe ran on a busy machine when other processes kept at least BUSY_LOAD x the cores busy (the
+# 1-minute load average before it started) or it got less than CONTENDED_SHARE of its threads' CPU
+# time: its number is kept (it is what answers took then) but flagged, and `--measure` takes it
+# again. Both are needed: spinning OpenMP threads count as CPU time while they stall at barriers on
+# shared cores (the 0.5B measured 28 s per answer at 50% share, 3x the 1.5B, on this 2-core box).
 CONTENDED_SHARE = 0.5
+BUSY_LOAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -80,10 +84,22 @@ class Speed:
     decode_s: float
     prompt_tokens: int = PROMPT_TOKENS
     cpu_share: float | None = None  # process CPU time / (wall time x threads) while timed
+    others_load: float | None = None  # 1-minute load average before the probe started
+    cores: int | None = None  # CPUs the probe could use
 
     @property
     def contended(self) -> bool:
-        return self.cpu_share is not None and self.cpu_share < CONTENDED_SHARE
+        busy = self.others_load is not None and self.others_load >= BUSY_LOAD * (self.cores or 1)
+        return busy or (self.cpu_share is not None and self.cpu_share < CONTENDED_SHARE)
+
+    def busy_note(self) -> str:
+        """Why the measurement counts as taken on a busy machine (one clause)."""
+        parts = []
+        if self.others_load is not None:
+            parts.append(f"load {self.others_load:.1f} on {self.cores} cores before it")
+        if self.cpu_share is not None:
+            parts.append(f"{self.cpu_share:.0%} of its threads' CPU")
+        return ", ".join(parts)
 
     @property
     def seconds_per_answer(self) -> float:
@@ -134,6 +150,13 @@ def decide(candidates: Sequence[tuple[str, int]], seconds: Mapping[str, float | 
 
 # ---- this machine -------------------------------------------------------------------------------
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def threads_for(engine: EngineConfig) -> int:
     """The threads the engine will run with: `num_threads`, else OMP_NUM_THREADS, else the CPUs this
     process may use (torch's default on these machines)."""
@@ -142,10 +165,7 @@ def threads_for(engine: EngineConfig) -> int:
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return _cores()
 
 
 def predicted_kernel_isa(flags: frozenset[str]) -> str:
@@ -206,7 +226,8 @@ class SpeedCache:
         rec = self._read().get(machine.key(entry.sha256))
         if not rec:
             return None
-        return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS), rec.get("cpu_share"))
+        return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS), rec.get("cpu_share"),
+                     rec.get("others_load"), rec.get("cores"))
 
     def put(self, entry: ModelEntry, machine: Machine, speed: Speed) -> None:
         data = self._read()
@@ -241,7 +262,8 @@ def probe(model: str, machine: Machine, prompt_tokens: int = PROMPT_TOKENS, deco
         last = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise ProbeError(f"speed probe of {model} failed: {last}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
-    return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"], d.get("cpu_share"))
+    return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"], d.get("cpu_share"), d.get("others_load"),
+                 d.get("cores"))
 
 
 def _probe_main(argv: list[str] | None = None) -> int:
@@ -258,6 +280,7 @@ def _probe_main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-tokens", type=int, default=PROBE_DECODE)
     p.add_argument("--repeats", type=int, default=PROBE_REPEATS)
     a = p.parse_args(argv)
+    others_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # before this process adds to it
     from inference.llm import LLM
     from inference.sampling_params import SamplingParams
 
@@ -281,7 +304,8 @@ def _probe_main(argv: list[str] | None = None) -> int:
         prefill.append(met.ttft)
         decode.append(met.tpot)
     print(json.dumps({"prefill_s": min(prefill), "decode_s": min(decode), "prompt_tokens": len(ids),
-                      "cpu_share": round(min(1.0, max(share)), 3), "runs": a.repeats}))
+                      "cpu_share": round(min(1.0, max(share)), 3), "runs": a.repeats, "others_load": others_load,
+                      "cores": _cores()}))
     return 0
 
 
@@ -335,8 +359,8 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
                 if speed.contended:
                     if e.name not in contended:
                         contended.append(e.name)
-                    log(f"model auto: {e.name} got {speed.cpu_share:.0%} of {machine.threads} threads' CPU while "
-                        "measured (a busy machine): `rag models list --measure` measures it again")
+                    log(f"model auto: {e.name} was measured on a busy machine ({speed.busy_note()}): "
+                        "`rag models list --measure` measures it again")
                 elif e.name in contended:
                     contended.remove(e.name)
             if seconds[e.name] <= budget:  # type: ignore[operator]
