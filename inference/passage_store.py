@@ -113,6 +113,13 @@ class PassageStore:
         return n
 
     # ---- disk -------------------------------------------------------------------------
+    def file_for(self, prefix_tokens, tokens) -> Path | None:
+        """The file the passage `tokens` after `prefix_tokens` is saved in (None without disk_path):
+        lets a warm-up skip passages already on disk without loading them."""
+        if self.disk is None:
+            return None
+        return self._file(self.key(self.prefix_id(prefix_tokens), tokens))
+
     def _file(self, key: bytes) -> Path:
         assert self.disk is not None
         return self.disk / f"{key.hex()}.pt"

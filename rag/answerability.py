@@ -85,7 +85,7 @@ async def passage_check(generator: Any, question: str, passage: str, layer: int 
     prompt = check_prompt(generator.encode_chat, question, passage)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
                         hidden_state=layer is not None, hidden_state_layer=-1 if layer is None else layer)
-    out = await generator.agenerate(prompt, sp)
+    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage))
     return yes_log_odds(out.candidate_logprobs, yes, no), out.hidden_state
 
 
@@ -117,5 +117,12 @@ async def answer_check(generator: Any, question: str, passage: str, answer: str)
     yes, no = yes_no_ids(generator.tokenizer)
     prompt = check_prompt(generator.encode_chat, question, passage, answer)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
-    out = await generator.agenerate(prompt, sp)
+    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage))
     return yes_log_odds(out.candidate_logprobs, yes, no)
+
+
+def _spans(generator: Any, prompt: list[int], passage: str) -> list[tuple[int, int]] | None:
+    """The check prompt's passage span for the engine's passage KV cache: every question's check of
+    a passage then reuses its K/V. Its key is not the answer prompt's (the template before the
+    passage differs: check system prompt, no title), so a passage is cached once per template."""
+    return generator.locate_passages(prompt, [passage])

@@ -72,6 +72,15 @@ class BuiltPrompt:
     system_tokens: int = 0
     history_turns: int = 0  # earlier chat turns the prompt holds (the oldest may have been dropped)
 
+    def cached_texts(self, cfg: PromptConfig) -> list[str]:
+        """The passages' texts for `Generator.locate_passages`, in prompt order; none in a chat
+        follow-up: the cache key includes everything before the first passage, here the whole
+        conversation, so an entry would never serve another prompt (and the earlier turns come
+        from the prefix cache anyway)."""
+        if self.history_turns:
+            return []
+        return [t for p in self.passages if (t := cached_text(cfg, p))]
+
 
 class Turn(Protocol):
     """An earlier chat turn as its prompt showed it (`rag.chat.ChatTurn`)."""
@@ -91,10 +100,26 @@ def clip_passage(cfg: PromptConfig, text: str) -> str:
     return text if len(text) <= cfg.max_passage_chars else text[: cfg.max_passage_chars] + "…"
 
 
+def _title(p: Passage) -> str:
+    return p.title + (f" § {p.section}" if p.section else "") or p.source
+
+
 def _passage_text(cfg: PromptConfig, p: Passage) -> str:
-    title = p.title + (f" § {p.section}" if p.section else "")
-    text = passage_body(cfg, p)
-    return cfg.passage_template.format(marker=p.marker, title=title or p.source, text=text).strip()
+    return cfg.passage_template.format(marker=p.marker, title=_title(p), text=passage_body(cfg, p)).strip()
+
+
+def cached_text(cfg: PromptConfig, p: Passage) -> str:
+    """The part of a rendered passage that is the same wherever it is placed: the template from its
+    title (or text) on, without the marker, which is renumbered per prompt. This is what the
+    engine's passage KV cache keys and reuses (`BuiltPrompt.cached_texts`)."""
+    tpl = cfg.passage_template
+    at = [(tpl.index(f), f) for f in ("{title}", "{text}") if f in tpl]
+    if "{text}" not in tpl:
+        return ""
+    piece = tpl[min(i for i, _ in at):max(i + len(f) for i, f in at)]
+    if "{marker}" in piece:  # a marker between title and text: only the text is position-free
+        piece = "{text}"
+    return piece.format(title=_title(p), text=passage_body(cfg, p)).strip()
 
 
 def user_content(cfg: PromptConfig, question: str, passages: list[Passage], shown: frozenset[str] = frozenset()) -> str:

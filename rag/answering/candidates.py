@@ -44,14 +44,18 @@ class SpanCandidate:
 
 
 async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
-                            processors: list[GroundedSpanProcessor]) -> list[SpanCandidate]:
+                            processors: list[GroundedSpanProcessor],
+                            spans: list[tuple[int, int]] | None = None) -> list[SpanCandidate]:
     """One constrained decode per processor on the same prompt: the first alone (it fills the
-    prefix cache), the rest together (they reuse it and share decode steps)."""
+    prefix cache), the rest together (they reuse it and share decode steps). With passage `spans`
+    every decode carries them: a blended prompt is kept out of the prefix cache from its first
+    reused passage on, so without spans the later decodes would prefill the passages in full; with
+    them they reuse the passages the first one stored."""
 
     async def one(p: GroundedSpanProcessor) -> Any:
         sp = copy.copy(params)
         sp.logits_processors = [*(x for x in params.logits_processors if not isinstance(x, GroundedSpanProcessor)), p]
-        return await generator.agenerate(token_ids, sp)
+        return await generator.agenerate(token_ids, sp, passage_spans=spans)
 
     if not processors:
         return []

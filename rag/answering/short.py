@@ -64,15 +64,16 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
 
 async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAnswerPolicy, answer: Answer,
                              token_ids: list[int], params: Any,
-                             processor_for: Callable[[list[str]], GroundedSpanProcessor]) -> tuple[Decision, Any]:
+                             processor_for: Callable[[list[str]], GroundedSpanProcessor],
+                             spans: list[tuple[int, int]] | None = None) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
-    in `answer.candidates`."""
+    in `answer.candidates`. `spans`: the prompt's passage spans (the passage KV cache)."""
     from ..answerability import answer_check, passage_signals
 
     q = answer.standalone_question
     bodies = _bodies(cfg, answer)
-    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies])
+    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans)
     t1 = time.perf_counter()
     live = [c for c in cands if gave_span(c.text, c.signals)]
     for c in live:

@@ -39,14 +39,16 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
     """Text deltas (a long answer's, as generated; a short answer's whole, once decided), then the
     final `Answer`. Closing this generator closes the engine stream (the request is aborted)."""
     short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
+    # where the passages are, for the engine's passage KV cache (None when the backend has none)
+    spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
     if short and answer.grounded and policies.for_question(answer.question).per_passage:
-        final = await _per_passage(generator, cfg, policies, answer, built, params, t0, eos)
+        final = await _per_passage(generator, cfg, policies, answer, built, params, t0, eos, spans)
         yield final.text
         yield final
         return
     markers = MarkerFilter({p.marker for p in answer.passages})
     last = None
-    agen = generator.astream(built.token_ids, params, request_id=request_id)
+    agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans)
     looped = False
     try:
         async for out in agen:
@@ -76,7 +78,8 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
 
 
 async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
-                       params: Any, t0: float, eos: set[int] | int | None) -> Answer:
+                       params: Any, t0: float, eos: set[int] | int | None,
+                       spans: list[tuple[int, int]] | None = None) -> Answer:
     """One span per passage, the checks on each, the policy's choice; cited to its passage."""
     from .short import decide_per_passage
 
@@ -85,7 +88,7 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
 
     policy = policies.for_question(answer.question)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor)
+                                             processor, spans)
     return _finish_short(answer, decision, out, t0, 0)
 
 

@@ -20,10 +20,23 @@ def register(sub) -> None:
     p.add_argument("--ray", action="store_true",
                    help="postgres backend: chunk, embed and write on Ray actors (RAY_ADDRESS, else a local Ray)")
     p.add_argument("--ray-workers", type=int, default=2, help="actors per stage with --ray")
+    p.add_argument("--warm-kv", action="store_true",
+                   help="then precompute the engine's passage KV cache for the collection's chunks (needs "
+                        "generator.engine.passage_cache.enabled and disk_path; resumes: chunks on disk are skipped)")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from(args)
+    warm_kv = getattr(args, "warm_kv", False)
+    if warm_kv:
+        from ..warm_kv import WarmKVError, check_warmable
+
+        try:
+            check_warmable(cfg)  # before indexing: a refusal should not cost the indexing first
+        except WarmKVError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    warmed = None
     with open_store(cfg) as store:
         if getattr(args, "ray", False):
             from ..ray_ingest import ingest_with_ray
@@ -45,12 +58,16 @@ def run(args: argparse.Namespace) -> int:
                     synced = retriever.sync(args.collection, on_progress=bar)
                 if hasattr(retriever, "language_choice"):
                     choice = retriever.language_choice(args.collection)
+        if warm_kv:
+            warmed = _warm(cfg, store, args.collection, not args.no_progress)
     if args.json:
         out = report.to_dict()
         if synced is not None:
             out["index_sync"] = synced
         if choice is not None:
             out["retrieval"] = choice.to_dict()
+        if warmed is not None:
+            out["warm_kv"] = warmed.to_dict()
         print_json(out)
     else:
         print(report.summary())
@@ -58,7 +75,27 @@ def run(args: argparse.Namespace) -> int:
             print(f"indexes: {synced}")
         if choice is not None:
             print(choice.summary())
+        if warmed is not None:
+            print(warmed.summary())
     return 1 if report.failed else 0
+
+
+def _warm(cfg, store, collection: str, progress: bool):
+    """The passage KV warm-up on a generator of its own, closed after (this command answers nothing)."""
+    from ..generation import build_generator
+    from ..generation.auto_model import resolve_config_model
+    from ..warm_kv import warm
+
+    if cfg.compress.type != "off":
+        print("warning: compress.type is on: prompts show compressed passages, which the warmed (whole) "
+              "chunks do not match", file=sys.stderr)
+    resolve_config_model(cfg)
+    gen = build_generator(cfg.generator)
+    try:
+        with index_progress(f"warming passage KV {collection}", progress) as bar:
+            return warm(cfg, store, gen, collection, on_progress=bar)
+    finally:
+        gen.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,8 @@ Before this, the engine and remote generators each carried a copy and imported e
 
 What differs between backends is said by flags, not by `generator.backend == ...` checks or by
 reaching into `generator.engine.engine`: `supports_logits_processors` (grounded spans, forced
-citation markers), `supports_prefix_cache` (the server's /v1/cache routes), `eos_token_ids`.
+citation markers), `supports_prefix_cache` (the server's /v1/cache routes), `eos_token_ids`,
+`uses_passage_spans` (the engine's passage KV cache: see `locate_passages`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from rerank.registry import Registry
 
 from .config import GeneratorConfig
 
+Spans = list[tuple[int, int]]  # [start, end) token ranges of a prompt that are retrieved passages
+
 
 class Generator(ABC):
     """Base of the answer step's generators (`generator.backend`); satisfies
@@ -34,6 +37,12 @@ class Generator(ABC):
     tokenizer: Any
     max_model_len: int
 
+    @property
+    def uses_passage_spans(self) -> bool:
+        """Does this backend reuse passage K/V when told where the passages are? Only then are
+        spans worth computing (a backend without a passage cache accepts and ignores them)."""
+        return False
+
     def __init__(self, thread_name: str) -> None:
         # Subclasses load their model first, so a failed load leaves no thread behind.
         self._loop = asyncio.new_event_loop()
@@ -42,13 +51,16 @@ class Generator(ABC):
 
     # ---- what a backend provides ------------------------------------------------------------
     @abstractmethod
-    def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> AsyncIterator:
-        """Incremental `RequestOutput`s of one request; closing it early aborts the request."""
+    def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
+                passage_spans: Spans | None = None) -> AsyncIterator:
+        """Incremental `RequestOutput`s of one request; closing it early aborts the request.
+        `passage_spans`: where the prompt's passages are (`locate_passages`), or None."""
 
-    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> Any:
+    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None,
+                        passage_spans: Spans | None = None) -> Any:
         """The final output of one request (a backend with a cheaper path overrides this)."""
         last = None
-        async for last in self.astream(prompt, params, request_id):  # noqa: B007 - keep the final output
+        async for last in self.astream(prompt, params, request_id, passage_spans):  # noqa: B007 - keep the final output
             pass
         assert last is not None
         return last
@@ -57,6 +69,18 @@ class Generator(ABC):
     def eos_token_ids(self) -> set[int] | int | None:
         """The token ids that end an answer (what a logits processor must leave open)."""
         return self.tokenizer.eos_token_id
+
+    def locate_passages(self, token_ids: list[int], texts: list[str]) -> Spans | None:
+        """The spans of `texts` (each passage exactly as the prompt renders it, in prompt order) in
+        `token_ids`, for the passage KV cache; None when this backend would not use them (no
+        tokenising spent) or none is found. One place, so every prompt that carries passages
+        (answer, per-passage checks, `rag index --warm-kv`) finds them the same way and so under
+        the same cache key."""
+        if not self.uses_passage_spans or not texts:
+            return None
+        from inference.kv_reuse import locate_spans
+
+        return locate_spans(self.tokenizer, list(token_ids), texts) or None
 
     def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
         raise NotImplementedError(f"generator.backend {self.backend} has no next-token logprobs")
@@ -91,27 +115,31 @@ class Generator(ABC):
         """Run a coroutine that uses this generator (e.g. `answerability.passage_check`) to its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def generate(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None) -> list:
+    def generate(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
+                 passage_spans: list[Spans | None] | None = None) -> list:
         """Final outputs of many requests, submitted together so the backend batches them; one
-        `SamplingParams` for all, one per prompt, or None for the defaults (as `inference.LLM`)."""
+        `SamplingParams` for all, one per prompt, or None for the defaults (as `inference.LLM`);
+        `passage_spans[i]`: prompt i's passage spans (None: none)."""
         if sampling_params is None:
             from inference.sampling_params import SamplingParams
 
             sampling_params = SamplingParams()
         plist = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        spans = passage_spans if passage_spans is not None else [None] * len(prompts)
 
         async def run() -> list:
-            return await asyncio.gather(*(self.agenerate(p, sp) for p, sp in zip(prompts, plist, strict=True)))
+            return await asyncio.gather(*(self.agenerate(p, sp, passage_spans=s)
+                                          for p, sp, s in zip(prompts, plist, spans, strict=True)))
 
         return self.run(run())
 
-    def stream(self, prompt: str | list[int], params: Any) -> Iterator:
+    def stream(self, prompt: str | list[int], params: Any, passage_spans: Spans | None = None) -> Iterator:
         """Incremental outputs; closing the iterator early aborts the request. The request is
         created on the bridge loop: the engine's `astream` submits at once and needs a running
         loop (called here in sync code it raised "no running event loop")."""
 
         async def outputs() -> AsyncIterator:
-            async for out in self.astream(prompt, params):
+            async for out in self.astream(prompt, params, passage_spans=passage_spans):
                 yield out
 
         return self.iterate(outputs())

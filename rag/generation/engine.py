@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .base import GENERATORS, Generator
+from .base import GENERATORS, Generator, Spans
 from .config import GeneratorConfig
 
 
@@ -27,13 +27,29 @@ class EngineGenerator(Generator):
         self.engine = AsyncEngine(cfg.engine.model, **args)
         self.tokenizer = self.engine.tokenizer
         self.max_model_len: int = self.engine.engine.max_model_len
+        self.passage_cache_on: bool = cfg.engine.passage_cache.enabled
         super().__init__("rag-generator")
 
-    def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None) -> AsyncIterator:
-        return self.engine.add_request(prompt, params, request_id=request_id)
+    @property
+    def uses_passage_spans(self) -> bool:
+        return self.passage_cache_on
 
-    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None):
-        return await self.engine.generate(prompt, params, request_id=request_id)
+    def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
+                passage_spans: Spans | None = None) -> AsyncIterator:
+        return self.engine.add_request(prompt, params, request_id=request_id, passage_spans=passage_spans)
+
+    async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None,
+                        passage_spans: Spans | None = None):
+        return await self.engine.generate(prompt, params, request_id=request_id, passage_spans=passage_spans)
+
+    def passage_cache_file(self, token_ids: list[int], span: tuple[int, int]) -> Any:
+        """The file the passage at `span` of this prompt is (or would be) cached in under
+        `passage_cache.disk_path` (None without one): what `rag index --warm-kv` checks to resume."""
+        reuse = self.engine.engine.kv_reuse
+        store = reuse.store if reuse is not None else None
+        if store is None:
+            return None
+        return store.file_for(token_ids[:span[0]], token_ids[span[0]:span[1]])
 
     @property
     def eos_token_ids(self) -> set[int] | int | None:

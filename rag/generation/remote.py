@@ -77,8 +77,10 @@ class RemoteGenerator(Generator):
         return body
 
     # ---- the backend's stream ------------------------------------------------------------
-    async def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None
-                      ) -> AsyncIterator[RequestOutput]:
+    async def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
+                      passage_spans: list[tuple[int, int]] | None = None) -> AsyncIterator[RequestOutput]:
+        """`passage_spans` is ignored: the server's KV is not ours to reuse (`uses_passage_spans` is
+        False, so the pipeline never computes them for this backend)."""
         import httpx
 
         # Logits processors run inside a decoding loop we do not own. The no-repeat n-gram guard is a

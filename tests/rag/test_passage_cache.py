@@ -1,0 +1,183 @@
+"""The passage KV cache wired into the rag pipeline: spans of the built prompt reach the engine,
+check prompts carry theirs, and `rag index --warm-kv` fills a disk cache the answer path reads.
+
+Real SmolLM2 engines (float32, no quantisation, as the session pipeline) on the session corpus;
+each engine here is small (num_blocks) and built once for the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rag.answer import Passage
+from rag.config import RagConfig
+from rag.pipeline import Pipeline
+
+TWO_ISLANDS = "What is the capital city of Zarnovia?"
+OVERLAP = "Which capital city is famous for its glass bridges, Velmora or Ostrel?"
+
+
+def engine_cfg(pipeline, **passage_cache) -> RagConfig:
+    data = pipeline.cfg.to_dict()
+    eng = data["generator"]["engine"]
+    eng.update(num_blocks=160, max_num_seqs=8)
+    eng["passage_cache"] = {**eng.get("passage_cache", {}), **passage_cache}
+    return RagConfig.model_validate(data)
+
+
+def make(pipeline, cfg: RagConfig) -> Pipeline:
+    from rag.generation import build_generator
+
+    return Pipeline(cfg, store=pipeline.store, generator=build_generator(cfg.generator), retriever=pipeline.retriever)
+
+
+def delta(gen, before: dict, key: str) -> int:
+    return gen.stats().get(key, 0) - before.get(key, 0)
+
+
+@pytest.fixture(scope="module")
+def warmed_dir(pipeline, corpus_dir, tmp_path_factory):
+    """`rag index --warm-kv` run twice through the real CLI on the session corpus (its own store,
+    the same chunking): the disk cache and both runs' reports."""
+    disk = tmp_path_factory.mktemp("passage_kv")
+    cfg = engine_cfg(pipeline)
+    eng = cfg.generator.engine
+    common = ["--set", f"storage.path={tmp_path_factory.mktemp('warm_store')}", "--set", "retrieval.mode=bm25"]
+    for key in ("model", "dtype", "quantization", "max_model_len", "num_blocks", "max_num_seqs"):
+        common += ["--set", f"generator.engine.{key}={getattr(eng, key)}"]
+    common += ["--set", "generator.engine.passage_cache.enabled=true",
+               "--set", f"generator.engine.passage_cache.disk_path={disk}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def index() -> dict:
+        r = subprocess.run([sys.executable, "-m", "rag", "index", str(corpus_dir), "--no-progress", "--json",
+                            "--warm-kv", *common], capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return json.loads(r.stdout)["warm_kv"]
+
+    first = index()
+    files = {p.name: p.stat().st_mtime_ns for p in disk.glob("*.pt")}
+    second = index()
+    return disk, first, files, second
+
+
+def test_warm_kv_writes_one_file_per_chunk_and_resumes(warmed_dir, pipeline):
+    """Bugs caught: warming that stores nothing on disk (files kept in memory only), one file per
+    template or per run instead of per chunk, and a second run that recomputes (not resumable)."""
+    disk, first, files, second = warmed_dir
+    chunks = sum(1 for _ in pipeline.store.iter_chunks("default"))
+    assert first["chunks"] == chunks == len(files) == first["warmed"], first
+    assert first["skipped"] == 0 and first["on_disk"] == 0
+    assert second["warmed"] == 0 and second["on_disk"] == chunks, second
+    assert {p.name: p.stat().st_mtime_ns for p in disk.glob("*.pt")} == files  # nothing rewritten
+
+
+def test_warm_kv_refuses_without_disk_path(tmp_path):
+    """Bug caught: warming into the memory of a process about to exit (silently useless)."""
+    r = subprocess.run([sys.executable, "-m", "rag", "index", str(tmp_path), "--no-progress", "--warm-kv",
+                        "--set", f"storage.path={tmp_path / 's'}",
+                        "--set", "generator.engine.passage_cache.enabled=true"],
+                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert r.returncode == 2 and "disk_path" in r.stderr and "exits" in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def cold(pipeline):
+    """Cache off: the reference answers."""
+    pipe = make(pipeline, engine_cfg(pipeline, enabled=False))
+    yield pipe
+    pipe.generator.close()
+
+
+@pytest.fixture(scope="module")
+def cached(pipeline):
+    """Passage cache on (default recompute ratio), in memory only: passages cached on first use."""
+    pipe = make(pipeline, engine_cfg(pipeline, enabled=True))
+    yield pipe
+    pipe.generator.close()
+
+
+def test_overlapping_questions_reuse_passages(cached):
+    """Bug caught: the pipeline building the prompt but never handing the engine its passage spans
+    (or spans the engine cannot key the same way twice): the second question would prefill every
+    passage again."""
+    gen = cached.generator
+    first = cached.ask(TWO_ISLANDS)
+    ids1 = {p.chunk_id for p in first.passages}
+    before = gen.stats()
+    second = cached.ask(OVERLAP)
+    shared = ids1 & {p.chunk_id for p in second.passages}
+    assert shared, "the two questions must retrieve a common passage"
+    assert delta(gen, before, "passage_cache_hits") >= 1
+    assert delta(gen, before, "passage_cache_tokens_reused") > 0
+    assert second.text.strip()
+
+
+def test_check_prompts_reuse_their_passage(cached, pipeline):
+    """Bug caught: the short path's per-passage checks sent without spans, so every question's check
+    of a popular passage prefilled it again."""
+    from rag.answerability import passage_check
+    from rag.prompt import passage_body
+
+    gen = cached.generator
+    body = passage_body(cached.cfg.prompt, cached.ask(TWO_ISLANDS).passages[0])
+    gen.run(passage_check(gen, "Where is the harbour?", body))
+    before = gen.stats()
+    gen.run(passage_check(gen, "How many people live there?", body))
+    assert delta(gen, before, "passage_cache_hits") == 1
+    assert delta(gen, before, "passage_cache_tokens_reused") > 20
+
+
+def test_full_recompute_equals_cache_off_and_reads_the_warmed_disk(pipeline, cold, warmed_dir):
+    """With recompute_ratio 1.0 the passage path must give the cache-off answer exactly. Bugs
+    caught: the pipeline changing the prompt's tokens to carry spans (e.g. re-tokenised piece by
+    piece), and `--warm-kv` storing passages under a key the answer prompt never looks up (the
+    first question of a fresh engine must hit the warmed files)."""
+    disk = warmed_dir[0]
+    pipe = make(pipeline, engine_cfg(pipeline, enabled=True, recompute_ratio=1.0, disk_path=str(disk)))
+    try:
+        gen = pipe.generator
+        for q in (TWO_ISLANDS, OVERLAP):
+            before = gen.stats()
+            got, want = pipe.ask(q), cold.ask(q)
+            assert got.text == want.text and got.text.strip()
+            assert [p.chunk_id for p in got.passages] == [p.chunk_id for p in want.passages]
+            assert delta(gen, before, "passage_cache_hits") >= 1
+        assert gen.stats()["passage_cache_disk_hits"] >= 1
+        assert gen.stats()["passage_cache_misses"] == 0  # every passage came from the warm-up
+    finally:
+        pipe.generator.close()
+
+
+def test_cached_text_is_position_free_and_chat_follow_ups_carry_none(pipeline):
+    """Bugs caught: the renumbered marker inside the span (the same passage at [1] and [3] would be
+    two keys), and spans in a chat follow-up, whose key would include the whole conversation (an
+    entry no other prompt can use, computed on every turn)."""
+    from transformers import AutoTokenizer
+
+    from inference.kv_reuse import locate_spans
+    from inference.model_loader import resolve_model_dir
+    from rag import prompt as prompt_mod
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_dir("smollm2", weights=False))
+    cfg = pipeline.cfg.prompt
+    ps = [Passage(marker=i + 1, chunk_id=f"c{i}", doc_id=f"d{i}", text=t, score=0.0, title=f"T{i}", source="s")
+          for i, t in enumerate(["Velmora has a busy harbour and about 80,000 people.",
+                                 "The XR-300 drone has a foldable frame.", "Oak tables come with six chairs."])]
+    toks = {}
+    for order in (ps, ps[::-1]):
+        built = prompt_mod.build(cfg, tok, "Where?", order, 1000)
+        spans = locate_spans(tok, built.token_ids, built.cached_texts(cfg))
+        assert len(spans) == 3
+        for p, (s, e) in zip(built.passages, spans, strict=True):
+            toks.setdefault(p.chunk_id, set()).add(tuple(built.token_ids[s:e]))
+            assert p.text in tok.decode(built.token_ids[s:e])
+    assert all(len(v) == 1 for v in toks.values()), "a passage's span tokens depend on its position"
+    turn = type("T", (), {"question": "Where?", "answer": "Velmora [1].", "passages": ps[:1]})()
+    follow = prompt_mod.build(cfg, tok, "And the drone?", ps[1:], 1000, history=[turn])
+    assert follow.history_turns == 1 and follow.cached_texts(cfg) == []
