@@ -5,7 +5,8 @@ condensed, retrieved and answered with the conversation in the prompt). Turn 2's
 turn 1's prompt and answer, so the engine's prefix cache serves them. The same turn-2 token ids are
 then replayed twice with `max_tokens=1`: once after clearing the prefix cache (cold: every token
 prefilled) and once with only the system prompt cached (what a layout that does not extend the
-previous turn gets). Reported: TTFT of each, the median ratios, cached tokens, and the CPU.
+previous turn gets). Reported: TTFT of each, the median ratios, cached tokens, how many of turn
+2's passages turn 1 already showed (named, not repeated: the ratio depends on it), and the CPU.
 
     python bench/multiturn.py --model qwen2.5-0.5b [--json OUT]
 """
@@ -32,6 +33,9 @@ CONVERSATIONS = [
     ("What does hybrid retrieval combine?", "How are their results fused?"),
     ("What is the short answer mode?", "When does it refuse?"),
     ("How are documents chunked?", "Can I preview them before indexing?"),
+    # follow-ups that move on: their passages are mostly new, so less of turn 2 is cached
+    ("What does rag doctor report?", "And how do I install the bigger models?"),
+    ("How is the BM25 index built?", "What about the GPU paths of the engine?"),
 ]
 
 
@@ -81,11 +85,14 @@ def main() -> int:
         row = {"q1": q1, "q2": q2, "standalone_query": a2.chat.get("standalone_query"),
                "condense": a2.chat.get("condense"), "turn1_prompt_tokens": a1.tokens["prompt"],
                "turn2_prompt_tokens": a2.tokens["prompt"], "turn2_cached_tokens": a2.tokens["cached"],
+               "turn2_new_passages": len(a2.passages),
+               "turn2_passages_shown_before": len({p.chunk_id for p in a2.passages} & {p.chunk_id for p in a1.passages}),
                "turn2_ttft_ms": a2.timings_ms["prefill"], "cold_ttft_ms": cold, "system_only_ttft_ms": system_only}
         row["ratio_vs_cold"] = cold / row["turn2_ttft_ms"]
         row["ratio_vs_system_only"] = system_only / row["turn2_ttft_ms"]
         rows.append(row)
-        print(f"{q2!r}: {row['turn2_prompt_tokens']} tokens, {row['turn2_cached_tokens']} cached; "
+        print(f"{q2!r}: {row['turn2_prompt_tokens']} tokens, {row['turn2_cached_tokens']} cached, "
+              f"{row['turn2_passages_shown_before']}/{row['turn2_new_passages']} passages shown in turn 1; "
               f"TTFT turn 2 {row['turn2_ttft_ms']:.0f} ms, cold {cold:.0f} ms ({row['ratio_vs_cold']:.1f}x), "
               f"system prompt only {system_only:.0f} ms ({row['ratio_vs_system_only']:.1f}x); "
               f"searched {row['standalone_query']!r} ({row['condense']})")

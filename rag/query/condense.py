@@ -8,7 +8,8 @@ every turn of every conversation.
 
 A small model sometimes writes nothing useful (empty, an answer instead of a query, words that
 appear nowhere in the conversation, the follow-up copied with its pronouns unresolved); then the
-search runs on the previous question + the follow-up, and the metadata says so.
+search runs on the previous question + the follow-up, and the metadata says so. So does a query
+that keeps none of the follow-up's own words (the previous question restated, its follow-up lost).
 """
 
 from __future__ import annotations
@@ -117,6 +118,9 @@ def rejection(query: str, history: Sequence[Exchange], question: str) -> str | N
     added = [w for w in words if w not in asked and w not in _STOP and len(w) > 2]
     if not added and asked & _REFERRING:
         return "follow-up copied with its references unresolved"
+    own = {w[:4] for w in asked if w not in _STOP and len(w) > 2}  # 4-letter stems: "kept" ~ "keeper"
+    if own and not own & {w[:4] for w in words}:
+        return "the follow-up's own words are missing"
     return None
 
 

@@ -107,6 +107,7 @@ def test_condense_prompt_keeps_a_stable_cached_head(pipeline):
     ('{"query": "How tall is the Eiffel Tower?"}', "unrelated to the conversation"),  # the example echoed
     ('{"query": "Who kept it after her?"}', "follow-up copied with its references unresolved"),
     ('{"query": "' + "lighthouse " * 40 + '"}', "too long"),
+    ('{"query": "Who was the first keeper of Harrow Point?"}', "the follow-up's own words are missing"),
 ])
 def test_unusable_condensation_falls_back_to_both_questions(pipeline, output, reason):
     """Bug caught: an empty, echoed or unresolved model output searched as the query (the
