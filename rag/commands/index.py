@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
 from ..app import build_ingestor, build_retriever, open_store
 from ._common import command, config_from, print_json
 from ._progress import index_progress
+
+if TYPE_CHECKING:
+    from ..config import RagConfig
+    from ..warm_kv import WarmReport
 
 
 def register(sub) -> None:
@@ -80,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
-def _warm(cfg, store, collection: str, progress: bool):
+def _warm(cfg: RagConfig, store: Any, collection: str, progress: bool) -> WarmReport:
     """The passage KV warm-up on a generator of its own, closed after (this command answers nothing)."""
     from ..generation import build_generator
     from ..generation.auto_model import resolve_config_model
