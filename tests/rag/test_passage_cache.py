@@ -118,6 +118,17 @@ def test_overlapping_questions_reuse_passages(cached):
     assert second.text.strip()
 
 
+def test_short_answers_reuse_the_answer_prompts_passages(cached):
+    """Bug caught: spans passed on the long path only (the short answer's grounded decode is the
+    other branch of `decode_answer`): short mode, `rag eval qa`'s mode, would never reuse."""
+    gen = cached.generator
+    cached.ask(TWO_ISLANDS, mode="short")
+    before = gen.stats()
+    a = cached.ask(OVERLAP, mode="short")
+    assert a.mode == "short" and a.grounded
+    assert delta(gen, before, "passage_cache_hits") >= 1
+
+
 def test_check_prompts_reuse_their_passage(cached, pipeline):
     """Bug caught: the short path's per-passage checks sent without spans, so every question's check
     of a popular passage prefilled it again."""
