@@ -200,7 +200,7 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
         st.chat.remember(msgs, a)  # the next turn's prompt shows this one's passages again
         chat = {"standalone_query": a.question, "condense": "none", **a.chat}
         return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
-                "refused": a.refused, "timings_ms": a.timings_ms, **chat}
+                "refused": a.refused, "timings_ms": a.timings_ms, "tokens": a.tokens, **chat}
 
     if not req.stream:
         answer = None

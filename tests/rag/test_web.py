@@ -110,3 +110,32 @@ def test_chat_page_sends_api_key_and_collection(server, browser, monkeypatch):
     sources = _js(browser, "const s = document.querySelectorAll('.sources'); "
                            "return [...s[s.length - 1].querySelectorAll('li')].map(li => li.textContent)")
     assert any("Quintara" in s for s in sources)  # answered from the chosen collection, with the key
+
+
+def test_chat_page_sends_the_conversation_so_follow_ups_are_condensed(server, browser):
+    """Bug caught: the page asking each question alone, so "How many people live there?" is
+    searched as typed and nothing of the previous turn's prompt is reused; and a "New
+    conversation" that leaves the old history in the next request."""
+    import re
+
+    base, _ = server
+    httpx.post(browser + "/url", json={"url": base + "/"}, timeout=30)
+    filled = "return [...document.querySelectorAll('.meta')].filter(m => m.textContent).length"
+
+    def ask(question: str) -> str:
+        n = _js(browser, filled)
+        httpx.post(f"{browser}/element/{_find(browser, '#q')}/value", json={"text": question})
+        httpx.post(f"{browser}/element/{_find(browser, '#send')}/click", json={})
+        wait_for(lambda: _js(browser, filled) > n, f"the page answered {question!r}", timeout=180, interval=0.3)
+        return _js(browser, "const m = document.querySelectorAll('.meta'); return m[m.length - 1].textContent")
+
+    first = ask("What is the capital city of Zarnovia?")
+    assert "searched:" not in first
+    second = ask("How many people live there?")
+    assert "searched:" in second and re.search("Zarnovia|Velmora", second.split("searched:")[1]), second
+    prompt1 = int(re.search(r"(\d+) prompt tokens", first).group(1))
+    cached2 = int(re.search(r"\((\d+) cached\)", second).group(1))
+    assert cached2 >= prompt1 // 16 * 16, (first, second)  # the server's prompt extended turn 1's
+    _js(browser, "document.querySelector('#new').click()")
+    assert _js(browser, "return document.querySelectorAll('#log > *').length") == 0
+    assert "searched:" not in ask("How many people live there?")  # a new conversation: nothing to condense
