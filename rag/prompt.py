@@ -132,8 +132,7 @@ def user_content(cfg: PromptConfig, question: str, passages: list[Passage], show
 
 
 def _reference(cfg: PromptConfig, p: Passage) -> str:
-    return cfg.passage_template.format(marker=p.marker, title=p.title or p.source,
-                                       text=SHOWN_BEFORE).strip()
+    return cfg.passage_template.format(marker=p.marker, title=_title(p), text=SHOWN_BEFORE).strip()
 
 
 def conversation(cfg: PromptConfig, turns: Sequence[Turn]) -> tuple[list[dict[str, str]], frozenset[str]]:
