@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from indexing.pg_connect import StoreUnavailable
+from retrieval.collection_index import IndexMismatchError
 
 log = logging.getLogger("rag.server")
 
@@ -77,6 +78,13 @@ class Busy(ApiError):
 
     status = 429
     type_ = "rate_limit_error"
+
+
+class IndexConflict(ApiError):
+    """The request is valid but the collection's index cannot serve it (e.g. `mode: graph` on a
+    collection indexed without the graph): the fix is a reindex, not another request."""
+
+    status = 409
 
 
 class NotImplementedByBackend(ApiError):
@@ -147,6 +155,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     async def model_validation(_: Request, exc: ValidationError) -> JSONResponse:
         return error_response(from_validation(list(exc.errors()), ("body",)))
+
+    @app.exception_handler(IndexMismatchError)
+    async def index_mismatch(_: Request, exc: IndexMismatchError) -> JSONResponse:
+        return error_response(IndexConflict(str(exc), "mode"))
 
     @app.exception_handler(StoreUnavailable)
     async def store_unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:

@@ -69,6 +69,16 @@ def test_bad_filters_and_unknown_collection(server):
     assert "default" in err["message"]  # the hint lists the collections that do exist
 
 
+def test_graph_mode_without_a_graph_index_is_409_not_500(server):
+    """Catches `mode: graph` on a collection indexed without the graph escaping as a 500 (found by
+    the API fuzzer): it is a valid request the index cannot serve, so 409 naming `mode` and the
+    fix (reindex)."""
+    base, _ = server
+    err = assert_error(httpx.post(base + "/v1/search", json={"query": "drone", "mode": "graph"}), 409, "mode")
+    assert "reindex" in err["message"]
+    assert httpx.post(base + "/v1/search", json={"query": "drone", "mode": "hybrid"}).status_code == 200
+
+
 def test_framework_errors_share_the_shape(server):
     base, _ = server
     assert_error(httpx.get(base + "/v1/nothing-here"), 404, "path")
