@@ -13,6 +13,7 @@ prefix cache computes it once for every question.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,8 +116,16 @@ def decide(raw: str, question: str, previous: list[str]) -> Hop:
     norm = _norm(query)
     if norm == _norm(question) or any(norm == _norm(p) for p in previous):
         return Hop(None, "repeat", raw)
+    known = _words(question).union(*(_words(p) for p in previous))
+    if _words(query) <= known:
+        return Hop(None, "repeat", raw)  # a restatement: no word the searches so far lacked
     return Hop(query, "search", raw)
 
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().strip(" ?.!").split())
+
+
+def _words(text: str) -> set[str]:
+    """Content words (letters/digits, 3+ characters, or any CJK run) for the restatement test."""
+    return {w for w in re.findall(r"\w+", text.lower()) if len(w) >= 3 or not w.isascii()}

@@ -121,6 +121,8 @@ def test_multi_hop_stop_rules():
                   q, [q]).reason == "repeat"
     assert decide('{"status": "search", "query": "Mara Quill team"}', q, [q, "mara quill team?"]).reason == "repeat"
     assert decide('{"status": "sea', q, [q]).reason == "unparsed"
+    # a restatement adds no word the searches so far lacked
+    assert decide('{"status": "search", "query": "director of Blue Harbor team"}', q, [q]).reason == "repeat"
     hop = decide('{"status": "search", "query": "Mara Quill football team"}', q, [q])
     assert (hop.query, hop.reason) == ("Mara Quill football team", "search")
 
