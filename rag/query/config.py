@@ -80,6 +80,8 @@ class MultiHopConfig(_Strict):
     passage_chars: int = Field(600, ge=100, le=4000, description="each shown passage is cut to this")
     max_tokens: int = Field(40, ge=8, le=128)
     weight: float = Field(1.0, description="RRF weight of each follow-up search")
+    keep: int = Field(0, ge=0, le=50, description="the first search's top candidates kept on top "
+                      "(0: all ranks re-fused)")
 
 
 class QueryConfig(_Strict):

@@ -88,6 +88,7 @@ class MultiHop:
         searched, appended to `results` / `weights` and everything fused again. Returns the fused
         candidates and the hop decisions (the last one says why it stopped)."""
         previous, hops = list(searched), []
+        first = cands[: self.cfg.keep]
         for _ in range(self.cfg.max_hops - 1):
             hop = self.next_hop(question, [c.chunk.text for c in cands[: self.cfg.passages]], previous)
             hops.append(hop)
@@ -97,6 +98,10 @@ class MultiHop:
             weights.append(self.cfg.weight)
             previous.append(hop.query)
             cands = fuse_searches(results, weights, rrf_k)
+        if self.cfg.keep and any(h.query for h in hops):
+            # The first search's best few stay on top: a follow-up only fills the ranks below them.
+            held = {c.chunk.chunk_id for c in first}
+            cands = [*first, *(c for c in cands if c.chunk.chunk_id not in held)]
         return cands, hops
 
 

@@ -165,3 +165,8 @@ def test_multi_hop_follow_up_is_searched_and_fused(pipeline):
         assert alone.candidates[0].chunk.chunk_id in {c.chunk.chunk_id for c in res.candidates}
     else:
         assert res.queries == [question]
+    # `keep`: the first search's best candidates stay on top whatever the follow-up finds
+    plain = variant(pipeline).search(question, k=5)
+    kept = variant(pipeline, multi_hop={"enabled": True, "max_hops": 2, "keep": 2}).search(question, k=5)
+    if kept.hops[0]["query"] is not None:
+        assert [c.chunk.chunk_id for c in kept.candidates[:2]] == [c.chunk.chunk_id for c in plain.candidates[:2]]
