@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from retrieval.collection_index import IndexMismatchError
+
 from ..app import build_retriever, open_store
 from ._common import command, config_from, print_json
 from ._hints import collection_hint
@@ -15,7 +17,7 @@ def register(sub) -> None:
     p = command(sub, "search", "search the index (bm25, dense or hybrid)", run)
     p.add_argument("query")
     p.add_argument("--k", type=int, default=10)
-    p.add_argument("--mode", choices=("bm25", "dense", "hybrid"))
+    p.add_argument("--mode", choices=("bm25", "dense", "hybrid", "graph"))
     p.add_argument("--filter", dest="filters", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata filter (repeatable): key=value, key=a|b, key>=x, key<=y, source^=prefix")
     p.add_argument("--collection")
@@ -37,8 +39,12 @@ def run(args: argparse.Namespace) -> int:
             name = args.collection or cfg.retrieval.default_collection
             with index_progress(f"indexing {name}") as bar:
                 retriever.sync(name, on_progress=bar)
-        result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
-                                  collection=args.collection)
+        try:
+            result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
+                                      collection=args.collection)
+        except IndexMismatchError as e:  # e.g. --mode graph on a collection indexed without the graph
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         hint = None if result.candidates else collection_hint(store, args.collection,
                                                               cfg.retrieval.default_collection)
     if hint:

@@ -43,6 +43,9 @@ def test_index_search_docs_delete_round_trip(workdir):
     assert rag("docs", "delete", doc_id, *common).returncode == 0
     r = rag("search", "thorium reactor", "--json", *common)
     assert all(h["doc_id"] != doc_id for h in json.loads(r.stdout)["results"])
+    # graph mode on an index built without the graph: a one-line error naming the fix, exit 2
+    r = rag("search", "thorium reactor", "--mode", "graph", *common)
+    assert r.returncode == 2 and "reindex" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert rag("docs", "delete", "no-such-doc", *common).returncode == 1
 
 
