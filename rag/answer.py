@@ -19,6 +19,9 @@ class Citation:
     url: str | None = None
     section: str = ""
     inferred: bool = False  # added by overlap attribution, not written by the model
+    # [start, end) character offsets in the cited passage's `text` of what the answer took from it
+    # (`citations.locate_spans`), so a client can highlight it; None when no part of it matches
+    span: list[int] | None = None
 
 
 @dataclass
@@ -59,6 +62,9 @@ class Answer:
     candidates: list[dict[str, Any]] = field(default_factory=list)
     # chat turns: the standalone query searched, how it was condensed, the earlier turns in the prompt
     chat: dict[str, Any] = field(default_factory=dict)
+    # on a refusal, the best passages found (those the model read, or, refused before decoding, the
+    # retrieved ones), so a reader sees what came closest; empty when the question was answered
+    closest_passages: list[Passage] = field(default_factory=list)
 
     @property
     def standalone_question(self) -> str:

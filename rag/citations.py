@@ -162,3 +162,59 @@ def attribute(text: str, passages: list[Passage], min_overlap: float = 0.3) -> t
             parts.append(sent)
     joiner = "" if any("\u4e00" <= ch <= "\u9fff" for ch in text[:50]) else " "
     return joiner.join(s.strip() for s in parts), list(used.values())
+
+
+# Where a passage's sentences end: as `_SENTENCE`, and at line breaks (headings, list items).
+_PASSAGE_BREAK = re.compile(r"(?<=[.!?。！？])\s+|(?<=[。！？])|\n+")
+_SPAN_WORD = re.compile(r"\d+|\w{3,}", re.UNICODE)
+
+
+def _span_terms(text: str) -> set[str]:
+    """`_terms` plus numbers: a cited "42 minutes" must find the sentence that says 42."""
+    return _terms(text) | {t for t in _SPAN_WORD.findall(text.lower()) if t.isdigit()}
+
+
+def _passage_sentences(text: str) -> list[tuple[int, int]]:
+    """[start, end) of each sentence of a passage, surrounding whitespace excluded."""
+    out, start = [], 0
+    bounds = [(m.start(), m.end()) for m in _PASSAGE_BREAK.finditer(text)] + [(len(text), len(text))]
+    for stop, nxt in bounds:
+        seg = text[start:stop]
+        if seg.strip():
+            lead = len(seg) - len(seg.lstrip())
+            out.append((start + lead, start + len(seg.rstrip())))
+        start = nxt
+    return out
+
+
+def cited_span(claims: list[str], passage: str) -> list[int] | None:
+    """The part of `passage` that `claims` (the answer sentences citing it, markers removed) take
+    from it: a claim found verbatim (case-insensitive; a grounded short answer always is), else the
+    passage sentence sharing the most words and numbers with them. None when nothing is shared."""
+    for claim in claims:
+        c = claim.strip().rstrip(".!?。！？").strip()
+        # whole Latin words only ("Yes" is not in "yesterday"); CJK has no word boundaries to keep
+        m = re.search(rf"(?<![A-Za-z0-9]){re.escape(c)}(?![A-Za-z0-9])", passage, re.IGNORECASE) if c else None
+        if m:
+            return [m.start(), m.end()]
+    want = set().union(*(_span_terms(c) for c in claims)) if claims else set()
+    best, score = None, 0
+    for s, e in _passage_sentences(passage):
+        n = len(want & _span_terms(passage[s:e]))
+        if n > score:
+            best, score = [s, e], n
+    return best
+
+
+def locate_spans(text: str, citations: list[Citation], passages: list[Passage]) -> None:
+    """Set each citation's `span` in its passage from the answer `text`: the sentences carrying its
+    marker are its claims; an inferred citation (no marker in the text) claims the whole answer."""
+    by_marker = {p.marker: p for p in passages}
+    sentences = [s for s in _SENTENCE.split(text) if s.strip()]
+    for c in citations:
+        p = by_marker.get(c.marker)
+        if p is None:
+            continue
+        claims = [_MARKER.sub("", s) for s in sentences
+                  if any(int(n) == c.marker for m in _MARKER.finditer(s) for n in re.split(r"\s*[,，、]\s*", m.group(1)))]
+        c.span = cited_span(claims or [_MARKER.sub("", text)], p.text)

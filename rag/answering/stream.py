@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from inference.structured import GroundedSpanProcessor
 
 from ..answer import Answer
-from ..citations import MarkerFilter, long_citations
+from ..citations import MarkerFilter, locate_spans, long_citations
 from ..loops import is_looping
 from .policy import Decision, Policies, says_refusal
 
@@ -97,6 +97,7 @@ def _finish_short(answer: Answer, decision: Decision, out: Any, t0: float, remov
     the refusal), then what it cost."""
     decision.apply(answer)
     answer.removed_markers = removed_markers
+    locate_spans(answer.text, answer.citations, answer.passages)
     return _account(answer, out, t0)
 
 
@@ -108,11 +109,15 @@ def _finish_long(cfg: RagConfig, answer: Answer, markers: MarkerFilter, out: Any
     answer.refused = says_refusal(markers.text, cfg.prompt.refusal)
     answer.citations = long_citations(markers.text, markers, answer.passages, ac.attribute, ac.attribution_overlap,
                                       answer.refused)
+    locate_spans(answer.text, answer.citations, answer.passages)
     return _account(answer, out, t0)
 
 
 def _account(answer: Answer, out: Any, t0: float) -> Answer:
-    """Token counts and timings of the decode the answer came from (None: nothing was decoded)."""
+    """Token counts and timings of the decode the answer came from (None: nothing was decoded); a
+    refusal keeps the passages it read as the closest ones."""
+    if answer.refused and not answer.closest_passages:
+        answer.closest_passages = list(answer.passages)
     if out is not None:
         answer.add_costs(out)
     answer.timings_ms["total"] = (time.perf_counter() - t0) * 1000

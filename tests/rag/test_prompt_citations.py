@@ -6,7 +6,7 @@ import pytest
 
 from rag import prompt as P
 from rag.answer import Passage
-from rag.citations import MarkerFilter, attribute, resolve_markers
+from rag.citations import MarkerFilter, attribute, locate_spans, resolve_markers, to_citation
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,39 @@ def test_attribution_by_overlap_english_and_chinese():
     assert [c.marker for c in cites] == [2]
     _, cites = attribute("Something unrelated entirely.", ps)
     assert cites == []
+
+
+ZARNOVIA = ("# Zarnovia\n\nZarnovia is a small island nation. The capital city of Zarnovia is Velmora. "
+            "Velmora has a population of about 80,000 people and a busy harbour.")
+
+
+def _spans(text: str, ps: list[Passage], markers: list[int], inferred: bool = False) -> list[str | None]:
+    by = {p.marker: p for p in ps}
+    cites = [to_citation(by[m], inferred) for m in markers]
+    locate_spans(text, cites, ps)
+    return [by[c.marker].text[c.span[0]:c.span[1]] if c.span else None for c in cites]
+
+
+def test_citation_span_is_the_copied_answer_or_the_sentence_it_rests_on():
+    """Bugs caught: a span left unset, offsets into the marker-laden answer instead of the passage,
+    the first sentence of a passage returned whatever the claim, a number ignored when matching."""
+    ps = [Passage(1, "a", "da", ZARNOVIA, 1.0),
+          Passage(2, "b", "db", "Quintara is a mountain republic. Its capital Ostrel has 12 glass bridges.", 0.5)]
+    assert _spans("Velmora [1]", ps, [1]) == ["Velmora"]  # a grounded short answer: the span itself
+    assert _spans("velmora [1]", ps, [1]) == ["Velmora"]  # case-insensitive, offsets into the passage
+    long = "Zarnovia's capital is Velmora [1]. It is an island. Ostrel has 12 bridges [2]."
+    assert _spans(long, ps, [1, 2]) == ["The capital city of Zarnovia is Velmora.",
+                                        "Its capital Ostrel has 12 glass bridges."]
+    assert _spans("80,000 people [1].", ps, [1]) == ["80,000 people"]  # verbatim beats sentence overlap
+    assert _spans("It has 80 000 inhabitants [1].", ps, [1]) == [
+        "Velmora has a population of about 80,000 people and a busy harbour."]  # the numbers decide
+
+
+def test_citation_span_whole_words_and_none_when_nothing_is_shared():
+    ps = [Passage(1, "a", "da", "We met yesterday near the harbour.", 1.0)]
+    assert _spans("Yes [1]", ps, [1]) == [None]  # not the "yes" inside "yesterday"
+    assert _spans("Completely unrelated [1].", ps, [1]) == [None]
+    # an inferred citation has no marker in the text: the whole answer is its claim
+    assert _spans("They met near the harbour.", ps, [1], inferred=True) == ["We met yesterday near the harbour."]
+    zh = [Passage(1, "a", "da", "台北是台灣的首都。人口約二百五十萬。", 1.0)]
+    assert _spans("台北 [1]", zh, [1]) == ["台北"]  # CJK spans need no word boundary
