@@ -6,7 +6,6 @@ retrieval-only config never needs one.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -15,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from indexing.store import DocumentStore
 from inference.protocols import StreamingGenerator
-from inference.structured import GroundedSpanProcessor
 from retrieval.fusion import fuse_searches
 from retrieval.types import Candidate, SearchResult
 
 from . import prompt as prompt_mod
 from .answer import Answer, Passage
-from .answering.policy import Policies, below_threshold, refuse
+from .answering.policy import Policies, below_threshold
+from .answering.prepare import request_for
 from .app import build_retriever, open_store
 from .config import RagConfig, load_config
 from .query.planner import QueryPlan, QueryPlanner
@@ -204,7 +203,7 @@ class Pipeline:
         passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[:k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
-        return self._prompt_for(answer, passages, t0, sampling, mode, history)
+        return request_for(self, answer, passages, t0, sampling, mode, history)
 
     def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
@@ -212,50 +211,8 @@ class Pipeline:
         t0 = time.perf_counter()
         passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
                     for i, t in enumerate(texts)]
-        return self._prompt_for(Answer(question=question, text="", queries=[question]), passages, t0, sampling,
-                                mode)
-
-    def _prompt_for(self, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
-                    mode: str | None = None, history: Sequence[ChatTurn] = ()):
-        question = answer.question
-        mode = mode or self.cfg.answer.mode
-        if mode not in ("short", "long"):
-            raise ValueError(f"mode must be 'short' or 'long', not {mode!r}")
-        answer.mode = mode
-        if self.compressor is not None and passages:
-            t1 = time.perf_counter()
-            comp = self.compressor.compress(question, [p.text for p in passages])
-            passages = [dataclasses.replace(p, text=t) for p, t in zip(passages, comp.contexts) if t]
-            answer.compression = comp.stats()
-            answer.timings_ms["compress"] = _ms(t1)
-        if not passages:
-            refuse(self.cfg.prompt.refusal).apply(answer)
-            answer.timings_ms["total"] = _ms(t0)
-            return answer, None, None
-        gen = self.generator
-        if mode == "short":
-            # Copying from the passages is the point: no penalty on tokens the prompt contains.
-            sampling = {"max_tokens": self.cfg.answer.short_max_tokens, "repetition_penalty": 1.0, **sampling}
-        params = self.cfg.generator.sampling.params(**sampling)
-        budget = gen.max_model_len - params.max_tokens
-        built = prompt_mod.build(self.cfg.prompt, gen.tokenizer, question, passages, budget, mode, history)
-        if history:
-            answer.chat["history_turns"] = built.history_turns
-        if self.cfg.generator.context_shift:
-            params.context_shift_keep = built.system_tokens
-        if mode == "long" and self.cfg.answer.force_markers and gen.supports_logits_processors:
-            from inference.structured.citation_markers import CitationMarkerProcessor
-
-            params.logits_processors = [*params.logits_processors, CitationMarkerProcessor(
-                gen.tokenizer, len(built.passages), self._eos_ids(), self.cfg.prompt.refusal)]
-        if mode == "short" and self.cfg.answer.grounded and gen.supports_logits_processors:
-            # (a remote backend has no logits to mask: its short answers are prompted only)
-            params.logits_processors = [*params.logits_processors, self._span_processor(built, params, question)]
-            answer.grounded = True
-        answer.passages = built.passages
-        answer.dropped_passages = [p.chunk_id for p in built.dropped]
-        answer.timings_ms["prepare"] = _ms(t0)
-        return answer, built, params
+        return request_for(self, Answer(question=question, text="", queries=[question]), passages, t0, sampling,
+                           mode)
 
     def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                passages: list[str] | None = None, history: Sequence[ChatTurn] = (),
@@ -287,25 +244,13 @@ class Pipeline:
             return
         from .answering.stream import decode_answer
 
-        agen = decode_answer(self.generator, self.cfg, self.policies, answer, built, params, t0, self._eos_ids(),
-                             request_id)
+        gen = self.generator
+        agen = decode_answer(gen, self.cfg, self.policies, answer, built, params, t0, gen.eos_token_ids, request_id)
         try:
             async for item in agen:
                 yield item
         finally:
             await agen.aclose()  # a client gone away: the engine request is aborted now, not when collected
-
-    def _span_processor(self, built: prompt_mod.BuiltPrompt, params: SamplingParams,
-                        question: str = "") -> GroundedSpanProcessor:
-        """The grounded-span decoder of a short answer; the policy sets its step-0 refusal margin."""
-        from .answering.stream import span_processor
-
-        texts = [prompt_mod.passage_body(self.cfg.prompt, p) for p in built.passages]
-        return span_processor(self.generator, self.cfg.prompt.refusal, self._eos_ids(), texts, params.max_tokens,
-                              self.policies.for_question(question).decoder_margin)
-
-    def _eos_ids(self) -> set[int] | int | None:
-        return self.generator.eos_token_ids
 
     def _check_question(self, question: str) -> None:
         if not question or not question.strip():

@@ -1,0 +1,113 @@
+"""From the chosen passages to the request the generator decodes: compression, the refusal when no
+passage is left, the prompt within the token budget, and the answer mode's decoding constraints.
+
+Why apart from the pipeline: the pipeline composes retrieval (plan, search, fuse, rerank); what
+the answer step asks the model, and how its decode is constrained (citation markers for a long
+answer, the grounded-span decoder with the policy's step-0 margin for a short one), is the answer
+step's own business, beside the decode that reads those constraints back (`stream.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import prompt as prompt_mod
+from ..answer import Answer, Passage
+from .policy import Policies, refuse
+
+if TYPE_CHECKING:
+    from inference.protocols import StreamingGenerator
+    from inference.sampling_params import SamplingParams
+    from inference.structured import GroundedSpanProcessor
+    from rerank.compress.base import Compressor
+
+    from ..chat import ChatTurn
+    from ..config import RagConfig
+
+MODES = ("short", "long")
+
+
+class Stages(Protocol):
+    """What preparing an answer reads from the pipeline. Properties, so each stage is still built
+    only when it is needed (a question refused before decoding never loads the generator)."""
+
+    cfg: RagConfig
+
+    @property
+    def generator(self) -> StreamingGenerator: ...
+
+    @property
+    def compressor(self) -> Compressor | None: ...
+
+    @property
+    def policies(self) -> Policies: ...
+
+
+def answer_mode(mode: str | None, default: str) -> str:
+    """`mode` (a request's, else the configured `answer.mode`), checked."""
+    mode = mode or default
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'short' or 'long', not {mode!r}")
+    return mode
+
+
+def request_for(stages: Stages, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
+                mode: str | None = None, history: Sequence[ChatTurn] = ()
+                ) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
+    """The partial Answer, the built prompt and the sampling params for `passages`; (answer, None,
+    None) when compression left no passage (the answer is then the refusal, not decoded)."""
+    cfg = stages.cfg
+    question = answer.question
+    answer.mode = mode = answer_mode(mode, cfg.answer.mode)
+    if stages.compressor is not None and passages:
+        t1 = time.perf_counter()
+        comp = stages.compressor.compress(question, [p.text for p in passages])
+        passages = [dataclasses.replace(p, text=t) for p, t in zip(passages, comp.contexts) if t]
+        answer.compression = comp.stats()
+        answer.timings_ms["compress"] = _ms(t1)
+    if not passages:
+        refuse(cfg.prompt.refusal).apply(answer)
+        answer.timings_ms["total"] = _ms(t0)
+        return answer, None, None
+    gen = stages.generator
+    if mode == "short":
+        # Copying from the passages is the point: no penalty on tokens the prompt contains.
+        sampling = {"max_tokens": cfg.answer.short_max_tokens, "repetition_penalty": 1.0, **sampling}
+    params = cfg.generator.sampling.params(**sampling)
+    budget = gen.max_model_len - params.max_tokens
+    built = prompt_mod.build(cfg.prompt, gen.tokenizer, question, passages, budget, mode, history)
+    if history:
+        answer.chat["history_turns"] = built.history_turns
+    if cfg.generator.context_shift:
+        params.context_shift_keep = built.system_tokens
+    if mode == "long" and cfg.answer.force_markers and gen.supports_logits_processors:
+        from inference.structured.citation_markers import CitationMarkerProcessor
+
+        params.logits_processors = [*params.logits_processors, CitationMarkerProcessor(
+            gen.tokenizer, len(built.passages), gen.eos_token_ids, cfg.prompt.refusal)]
+    if mode == "short" and cfg.answer.grounded and gen.supports_logits_processors:
+        # (a remote backend has no logits to mask: its short answers are prompted only)
+        params.logits_processors = [*params.logits_processors, _span_decoder(stages, built, params, question)]
+        answer.grounded = True
+    answer.passages = built.passages
+    answer.dropped_passages = [p.chunk_id for p in built.dropped]
+    answer.timings_ms["prepare"] = _ms(t0)
+    return answer, built, params
+
+
+def _span_decoder(stages: Stages, built: prompt_mod.BuiltPrompt, params: SamplingParams,
+                  question: str) -> GroundedSpanProcessor:
+    """The grounded-span decoder of a short answer; the policy sets its step-0 refusal margin."""
+    from .stream import span_processor
+
+    cfg, gen = stages.cfg, stages.generator
+    texts = [prompt_mod.passage_body(cfg.prompt, p) for p in built.passages]
+    return span_processor(gen, cfg.prompt.refusal, gen.eos_token_ids, texts, params.max_tokens,
+                          stages.policies.for_question(question).decoder_margin)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
