@@ -121,3 +121,15 @@ class JobRunner:
         job.status = "failed" if report.failed else "done"
         if report.failed:
             job.error = "; ".join(f"{f.reason}" for f in report.failed)
+        elif not report.documents:  # loaded, but nothing stored: say why rather than "done"
+            job.status, job.error = "failed", nothing_indexed(report, job.filename or "the upload")
+
+
+def nothing_indexed(report: Any, name: str) -> str:
+    """Why an ingest that loaded without error stored no document (empty, too short, filtered,
+    a duplicate of one already indexed), in words a person uploading a file can act on."""
+    why = {"empty": "it has no text", "too_short": "its text is shorter than indexing.cleaning.min_chars",
+           "exact_duplicate": "its text is already indexed", "near_duplicate": "a near-identical text is already indexed"}
+    reasons = [why.get(r, f"dropped by {r}") for r in report.dropped] or ["no document was found in it"]
+    dup = next(iter(report.duplicate_of.values()), None)
+    return f"nothing indexed from {name}: {'; '.join(reasons)}" + (f" (as {dup})" if dup else "")

@@ -199,8 +199,11 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
     def extra(a: Answer) -> dict:
         st.chat.remember(msgs, a)  # the next turn's prompt shows this one's passages again
         chat = {"standalone_query": a.question, "condense": "none", **a.chat}
+        # generator_model: the engine's model (`auto` resolved), not the `model` id clients send
         return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
-                "refused": a.refused, "timings_ms": a.timings_ms, "tokens": a.tokens, **chat}
+                "closest_passages": [p.__dict__ for p in a.closest_passages], "refused": a.refused,
+                "timings_ms": a.timings_ms, "tokens": a.tokens, "mode": a.mode,
+                "generator_model": pipe.cfg.generator.engine.model, **chat}
 
     if not req.stream:
         answer = None

@@ -34,7 +34,9 @@ async def ready(request: Request):
         return JSONResponse(body, status_code=503)
     pipe = st.pipeline
     try:
-        body.update({"documents": pipe.store.count_documents(), "collections": pipe.store.collections()})
+        body.update({"documents": pipe.store.count_documents(), "collections": pipe.store.collections(),
+                     "default_collection": pipe.cfg.retrieval.default_collection,
+                     "generator_model": pipe.cfg.generator.engine.model})
     except StoreUnavailable as e:  # Postgres backend: the database went away after startup
         return JSONResponse({"ready": False, "error": str(e), "reason": str(e)}, status_code=503)
     if st.jobs is not None:

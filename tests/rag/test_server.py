@@ -117,6 +117,26 @@ def test_document_lifecycle(server, tmp_path):
     assert all(h["doc_id"] != "lorvik-1" for h in hits)
 
 
+def test_an_upload_that_cannot_be_indexed_fails_with_the_reason_and_changes_nothing(server):
+    """Bugs caught: an empty file reported "done" with nothing stored (the page would say it was
+    indexed), a broken PDF's loader error not reaching the job, and a failed upload touching the
+    documents or the index already there."""
+    base, _ = server
+    before = httpx.get(base + "/v1/documents", params={"limit": 1000}).json()
+    hits_before = httpx.post(base + "/v1/search", json={"query": "capital city of Zarnovia", "top_k": 3}).json()
+    for name, body, words in [("empty notes.md", b"   \n\n", "no text"),
+                              ("broken.pdf", b"%PDF-1.4 this is not a pdf", "unreadable PDF")]:
+        r = httpx.post(base + "/v1/documents", files={"file": (name, body)})
+        assert r.status_code == 202, r.text
+        job = _wait_job(base, r.json()["job_id"])
+        assert job["status"] == "failed" and words in job["error"], job
+    r = httpx.post(base + "/v1/documents", files={"file": ("notes.docx", b"PK")})
+    assert r.status_code == 415 and ".docx" in r.json()["error"]["message"]
+    assert httpx.get(base + "/v1/documents", params={"limit": 1000}).json() == before
+    hits_after = httpx.post(base + "/v1/search", json={"query": "capital city of Zarnovia", "top_k": 3}).json()
+    assert [h["chunk_id"] for h in hits_after["results"]] == [h["chunk_id"] for h in hits_before["results"]]
+
+
 def _wait_job(base: str, job_id: str) -> dict:
     def finished() -> dict | None:
         job = httpx.get(f"{base}/v1/jobs/{job_id}").json()
