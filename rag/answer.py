@@ -39,6 +39,14 @@ class Passage:
     page: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_chunk(cls, marker: int, chunk: Any, score: float = 0.0) -> Passage:
+        """A stored chunk (`indexing.types.Chunk`) as passage `marker`: the one mapping the answer
+        prompt and the passage KV warm-up share, so both render (and cache) the same passage."""
+        return cls(marker=marker, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, text=chunk.text, score=score,
+                   source=chunk.source, title=chunk.title, section=chunk.section, page=chunk.page,
+                   metadata=dict(chunk.metadata))
+
 
 @dataclass
 class Answer:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from indexing.store import DocumentStore
 from inference.protocols import StreamingGenerator
 from retrieval.fusion import fuse_searches
-from retrieval.types import Candidate, SearchResult
+from retrieval.types import SearchResult
 
 from . import prompt as prompt_mod
 from .answer import Answer, Passage
@@ -200,7 +200,7 @@ class Pipeline:
                         queries=getattr(res, "queries", [query]))
         if condensed:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
-        passages = [_passage(i + 1, c) for i, c in enumerate(res.candidates[:k])]
+        passages = [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(res.candidates[:k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return request_for(self, answer, passages, t0, sampling, mode, history)
@@ -268,13 +268,6 @@ class Pipeline:
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
-
-
-def _passage(marker: int, c: Candidate) -> Passage:
-    ch = c.chunk
-    return Passage(marker=marker, chunk_id=ch.chunk_id, doc_id=ch.doc_id, text=ch.text, score=float(c.score),
-                   source=ch.source, title=ch.title, section=ch.section, page=ch.page,
-                   metadata=dict(ch.metadata))
 
 
 def _merge_filters(user: FilterSpec, planned: dict) -> FilterSpec:

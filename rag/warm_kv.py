@@ -84,16 +84,11 @@ def warm_chunks(cfg: RagConfig, store: Any, collection: str) -> Iterator[Any]:
         yield c
 
 
-def _passage(ch: Any) -> Passage:
-    return Passage(marker=1, chunk_id=ch.chunk_id, doc_id=ch.doc_id, text=ch.text, score=0.0, source=ch.source,
-                   title=ch.title, section=ch.section, page=ch.page, metadata=dict(ch.metadata))
-
-
 def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[tuple[list[int], tuple[int, int]] | None]:
     """Per template, the request that caches `ch` (prompt cut one token after the passage, its span),
     or None where the passage cannot be cached."""
     mode = cfg.answer.mode
-    p = _passage(ch)
+    p = Passage.of_chunk(1, ch)
     out: list[tuple[list[int], tuple[int, int]] | None] = []
     try:
         built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len, mode)
