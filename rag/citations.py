@@ -192,11 +192,12 @@ def cited_span(claims: list[str], passage: str) -> list[int] | None:
     from it: a claim found verbatim (case-insensitive; a grounded short answer always is), else the
     passage sentence sharing the most words and numbers with them. None when nothing is shared."""
     for claim in claims:
-        c = claim.strip().rstrip(".!?。！？").strip()
-        # whole Latin words only ("Yes" is not in "yesterday"); CJK has no word boundaries to keep
-        m = re.search(rf"(?<![A-Za-z0-9]){re.escape(c)}(?![A-Za-z0-9])", passage, re.IGNORECASE) if c else None
-        if m:
-            return [m.start(), m.end()]
+        full = claim.strip()
+        for c in dict.fromkeys([full, full.rstrip(".!?。！？").strip()]):  # with its full stop, then without
+            # whole Latin words only ("Yes" is not in "yesterday"); CJK has no word boundaries to keep
+            m = re.search(rf"(?<![A-Za-z0-9]){re.escape(c)}(?![A-Za-z0-9])", passage, re.IGNORECASE) if c else None
+            if m:
+                return [m.start(), m.end()]
     want = set().union(*(_span_terms(c) for c in claims)) if claims else set()
     best, score = None, 0
     for s, e in _passage_sentences(passage):
@@ -210,7 +211,12 @@ def locate_spans(text: str, citations: list[Citation], passages: list[Passage]) 
     """Set each citation's `span` in its passage from the answer `text`: the sentences carrying its
     marker are its claims; an inferred citation (no marker in the text) claims the whole answer."""
     by_marker = {p.marker: p for p in passages}
-    sentences = [s for s in _SENTENCE.split(text) if s.strip()]
+    sentences: list[str] = []
+    for s in _SENTENCE.split(text):
+        if sentences and not _MARKER.sub("", s).strip():
+            sentences[-1] += " " + s  # "... in 2019. [1]": the marker belongs to the sentence before it
+        elif s.strip():
+            sentences.append(s)
     for c in citations:
         p = by_marker.get(c.marker)
         if p is None:

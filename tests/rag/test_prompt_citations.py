@@ -94,6 +94,11 @@ def test_citation_span_is_the_copied_answer_or_the_sentence_it_rests_on():
           Passage(2, "b", "db", "Quintara is a mountain republic. Its capital Ostrel has 12 glass bridges.", 0.5)]
     assert _spans("Velmora [1]", ps, [1]) == ["Velmora"]  # a grounded short answer: the span itself
     assert _spans("velmora [1]", ps, [1]) == ["Velmora"]  # case-insensitive, offsets into the passage
+    # a short answer ending a sentence gets its marker after the full stop: still its claim
+    assert _spans("Velmora has a population of about 80,000 people. [1]", ps, [1]) == [
+        "Velmora has a population of about 80,000 people"]
+    assert _spans("The capital city of Zarnovia is Velmora. [1]", ps, [1]) == [
+        "The capital city of Zarnovia is Velmora."]  # with its full stop where the passage has one
     long = "Zarnovia's capital is Velmora [1]. It is an island. Ostrel has 12 bridges [2]."
     assert _spans(long, ps, [1, 2]) == ["The capital city of Zarnovia is Velmora.",
                                         "Its capital Ostrel has 12 glass bridges."]
