@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .graph_rows import SELECTS, GraphDelta, GraphState, graph_schema, load_rows, write_delta
 from .pg_connect import StoreUnavailable, connect, first_line, mask_dsn
 from .store import DROPPED_KEYS, DocumentStore, Outcome, dropped_query
 from .types import Chunk, Document
@@ -110,6 +111,7 @@ class PgDocumentStore:
             with self.conn() as db:
                 db.execute("CREATE EXTENSION IF NOT EXISTS vector")
                 db.execute(SCHEMA)
+                db.execute(graph_schema("BYTEA", "JSONB"))
 
     @property
     def masked_dsn(self) -> str:
@@ -226,6 +228,19 @@ class PgDocumentStore:
         """Dropped documents, newest first, leaving out ids that were stored since."""
         q, args = dropped_query(collection, "%s")
         return [dict(zip(DROPPED_KEYS, r, strict=True)) for r in self._all(q, [*args, limit])]
+
+    # ---- entity graph (indexing/graph_rows.py) ------------------------------------------
+    def graph_load(self, collection: str = "default") -> GraphState:
+        """The collection's graph rows from one snapshot (REPEATABLE READ transaction)."""
+        with self.conn() as db, db.transaction(), db.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            rows = {t: cur.execute(q.format(m="%s"), (collection,)).fetchall() for t, q in SELECTS.items()}
+        return load_rows(rows)
+
+    def graph_write(self, collection: str, delta: GraphDelta) -> None:
+        """Apply one graph sync's changes in one transaction (a killed client leaves the previous graph)."""
+        with self.conn() as db, db.transaction(), db.cursor() as cur:
+            write_delta(cur, collection, delta, "%s", _json(delta.meta))
 
     # ---- reads --------------------------------------------------------------------------
     def _one(self, q: str, args: tuple = ()) -> Any:

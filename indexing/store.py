@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from .graph_rows import SELECTS, GraphDelta, GraphState, graph_schema, load_rows, write_delta
 from .types import Chunk, Document, content_hash
 
 Outcome = Literal["new", "changed", "unchanged"]
@@ -102,6 +103,7 @@ class DocumentStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(_SCHEMA)
+        self._db.executescript(graph_schema("BLOB", "TEXT"))
 
     def close(self) -> None:
         self._db.close()
@@ -197,6 +199,28 @@ class DocumentStore:
             "ON CONFLICT(name) DO UPDATE SET version = version + 1",
             (collection,),
         )
+
+    # ---- entity graph (indexing/graph_rows.py) ------------------------------------------
+    def graph_load(self, collection: str = "default") -> GraphState:
+        """The collection's graph rows, read in one transaction (a consistent snapshot)."""
+        cur = self._db.cursor()
+        cur.execute("BEGIN")
+        try:
+            rows = {t: cur.execute(q.format(m="?"), (collection,)).fetchall() for t, q in SELECTS.items()}
+        finally:
+            cur.execute("COMMIT")
+        return load_rows(rows)
+
+    def graph_write(self, collection: str, delta: GraphDelta) -> None:
+        """Apply one graph sync's changes atomically: a kill mid-write leaves the previous graph."""
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            write_delta(cur, collection, delta, "?", json.dumps(delta.meta, ensure_ascii=False))
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
 
     # ---- reads --------------------------------------------------------------------------
     def version(self, collection: str = "default") -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from .graph_rows import GraphDelta, GraphState
 from .store import Outcome
 from .types import Chunk, Document
 
@@ -52,6 +53,15 @@ class DocumentStoreProtocol(Protocol):
         ...
 
     def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]: ...
+
+    # ---- entity graph (indexing/graph_rows.py; meaning in retrieval/graph.py) ----------------
+    def graph_load(self, collection: str = "default") -> GraphState:
+        """The collection's graph rows as one consistent snapshot."""
+        ...
+
+    def graph_write(self, collection: str, delta: GraphDelta) -> None:
+        """Apply one graph sync's changes in a single transaction."""
+        ...
 
     # ---- reads ------------------------------------------------------------------------------
     def version(self, collection: str = "default") -> int:

@@ -1,8 +1,9 @@
 """Per-collection indexes on disk, kept in line with the SQLite store.
 
 Layout: `<index_root>/<collection>/manifest.json` plus one generation directory `gen-N/` holding
-`bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy`, `hashes.npy` and, with
-`retrieval.graph`, `graph/` (entity mentions per chunk, communities: retrieval/graph.py). A save writes
+`bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy` and `hashes.npy`. With
+`retrieval.graph` the entity graph lives in the document store's own tables (retrieval/graph.py,
+indexing/graph_rows.py), written in one transaction per sync before the files. A save writes
 a complete new generation, then atomically replaces the manifest (temp file + rename) to point at
 it, then deletes older generations: a crash at any point leaves the previous consistent index.
 
@@ -32,12 +33,11 @@ from indexing.types import Chunk, content_hash
 
 from .analyzer import Analyzer
 from .bm25 import BM25Index
-from .config import GraphConfig, RetrievalConfig
+from .config import RetrievalConfig
 from .dense import DenseIndex
 from .embeddings.base import Embedder
-from .entities import EXTRACTOR_VERSION
 from .filters import Filters, allowed_ids
-from .graph import GraphIndex
+from .graph import GraphIndex, GraphLLM, graph_build_settings
 from .text import indexed_text
 
 log = logging.getLogger(__name__)
@@ -55,21 +55,15 @@ def retrievers_for(mode: str, graph: bool = False) -> list[str]:
     base = {"bm25": ["bm25"], "dense": ["dense"], "hybrid": ["bm25", "dense"], "graph": ["bm25", "dense"]}[mode]
     return [*base, "graph"] if graph or mode == "graph" else base
 
-# Graph settings that change what the graph holds (the others only change how it is searched).
-_GRAPH_BUILD = ("extractor", "max_words", "max_chunk_share", "communities", "community_min_weight", "resolution",
-                "seed")
-
-
-def graph_build_settings(cfg: GraphConfig) -> dict[str, Any]:
-    """The part of `retrieval.graph` an index is built with (manifest, eval index keys)."""
-    return {**{k: v for k, v in cfg.model_dump(mode="json").items() if k in _GRAPH_BUILD},
-            "extractor_version": EXTRACTOR_VERSION}
+__all__ = ["CollectionIndex", "IndexMismatchError", "graph_build_settings", "retrievers_for"]
 
 
 class CollectionIndex:
     def __init__(self, root: Path, collection: str, cfg: RetrievalConfig,
-                 embedder: Callable[[], Embedder], analyzer: Analyzer):
+                 embedder: Callable[[], Embedder], analyzer: Analyzer, store: DocumentStoreProtocol | None = None,
+                 graph_llm: GraphLLM | None = None):
         self.dir = Path(root) / collection
+        self.store, self.graph_llm = store, graph_llm  # the graph's tables live in the store
         self.collection, self.cfg = collection, cfg
         self._embedder, self.analyzer = embedder, analyzer
         self.retrievers = retrievers_for(cfg.mode, cfg.graph_built())
@@ -107,8 +101,7 @@ class CollectionIndex:
                     f"but the configuration asks for {want!r}; {hint}")
         gen = self.dir / manifest["generation_dir"]
         needed = ["ids.npy", "hashes.npy"] + (["bm25/bm25.json"] if "bm25" in self.retrievers else []) + (
-            ["dense.faiss"] if "dense" in self.retrievers else []) + (
-            ["graph/graph.json"] if "graph" in self.retrievers else [])
+            ["dense.faiss"] if "dense" in self.retrievers else [])
         missing = [n for n in needed if not (gen / n).exists()]
         if missing:
             raise IndexMismatchError(f"index of collection {self.collection!r} is missing {missing} in {gen}; {hint}")
@@ -125,8 +118,14 @@ class CollectionIndex:
         hashes = np.load(gen / "hashes.npy")
         self.hashes = {int(i): h.decode() for i, h in zip(ids, hashes, strict=False)}
         self.bm25 = BM25Index.load(gen / "bm25") if "bm25" in self.retrievers else None
-        self.graph = GraphIndex.load(gen / "graph").with_query_settings(self.cfg.graph) \
-            if "graph" in self.retrievers else None
+        self.graph = None
+        if "graph" in self.retrievers:
+            if self.store is None:
+                raise ValueError("the entity graph is read from the document store: pass store= to CollectionIndex")
+            self.graph = GraphIndex.load(self.store, self.collection, self.cfg.graph)
+            if self.graph is None:  # built before the graph moved into the store, or other settings: sync builds it
+                self.graph = GraphIndex(self.cfg.graph)
+                manifest = {**manifest, "store_version": None}
         if "dense" in self.retrievers:
             self.dense = DenseIndex.load(gen / "dense.faiss", manifest["dim"], self.cfg.dense,
                                          self.cfg.embedder.fp16_storage)
@@ -152,8 +151,6 @@ class CollectionIndex:
             self.bm25.save(tmp / "bm25")
         if self.dense is not None:
             self.dense.save(tmp / "dense.faiss")
-        if self.graph is not None:
-            self.graph.save(tmp / "graph")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         manifest = {**self.expected(), "generation": gen_no, "generation_dir": final.name,
@@ -179,7 +176,8 @@ class CollectionIndex:
     def copy(self) -> CollectionIndex:
         """An independent copy to sync into while searches keep reading this one (copy-on-write:
         the retriever swaps the synced copy in only when it is complete and saved)."""
-        new = CollectionIndex(self.dir.parent, self.collection, self.cfg, self._embedder, self.analyzer)
+        new = CollectionIndex(self.dir.parent, self.collection, self.cfg, self._embedder, self.analyzer, self.store,
+                              self.graph_llm)
         new.bm25 = copy.deepcopy(self.bm25)
         new.graph = copy.deepcopy(self.graph)
         if self.dense is not None:
@@ -196,6 +194,7 @@ class CollectionIndex:
         rebuild shows its progress (server `/ready`, CLI progress bar).
         """
         version = store.version(self.collection)
+        self.store = store
         if rebuild:
             self._empty()
         elif not self.manifest:
@@ -207,15 +206,15 @@ class CollectionIndex:
             return {"added": 0, "removed": 0, "kept": len(self.hashes), "store_version": version}
         current: dict[int, str] = {}
         todo: list[tuple[int, str]] = []
-        titles: dict[int, tuple[str, str]] = {}  # the graph's inputs: raw text and title
+        graph_in: list[tuple[int, str, str]] = []  # the graph's inputs (all chunks: it diffs its own hashes)
         for ch in self.iter_indexed(store):
             text = indexed_text(ch, self.cfg.include_title)
             h = content_hash(text)
             current[ch.int_id] = h
             if self.hashes.get(ch.int_id) != h:
                 todo.append((ch.int_id, text))
-                if self.graph is not None:
-                    titles[ch.int_id] = (ch.text, ch.title)
+            if self.graph is not None:
+                graph_in.append((ch.int_id, ch.text, ch.title))
         stale = [i for i, h in self.hashes.items() if current.get(i) != h]
         if stale:
             arr = np.asarray(stale, dtype=np.int64)
@@ -223,8 +222,6 @@ class CollectionIndex:
                 self.bm25.delete(stale)
             if self.dense is not None:
                 self.dense.remove(arr)
-            if self.graph is not None:
-                self.graph.delete(stale)
             for i in stale:
                 del self.hashes[i]
         for s in range(0, len(todo), batch):
@@ -235,26 +232,32 @@ class CollectionIndex:
                 self.bm25.add(ids.tolist(), [self.analyzer(t) for t in texts])
             if self.dense is not None:
                 self.dense.add(ids, self._embedder().encode_documents(texts))
-            if self.graph is not None:
-                self.graph.add((i, *titles[i]) for i, _ in part)
             for i, _ in part:
                 self.hashes[i] = current[i]
             if on_progress is not None:
                 on_progress(min(s + batch, len(todo)), len(todo))
+        graph_stats = None
         if self.graph is not None:
             t0 = time.perf_counter()
-            self.graph.finish()
+            graph_stats = self.graph.sync(store, self.collection, graph_in, version, rebuild=rebuild,
+                                          embedder=self._embedder, llm=self.graph_llm)
             if not self.graph.chunks_of and self.hashes:
                 log.warning("collection %r: no entities found in %d chunks, the graph is empty; graph search "
                             "returns the other retrievers' results", self.collection, len(self.hashes))
-            log.info("graph of %s: %s (communities %.2fs)", self.collection,
+            if graph_stats.skipped_replies:
+                log.warning("collection %r: %d graph extraction replies were not valid output and were skipped",
+                            self.collection, graph_stats.skipped_replies)
+            log.info("graph of %s: %s (sync %.2fs)", self.collection,
                      {k: v for k, v in self.graph.stats().items() if k != "largest_communities"},
                      time.perf_counter() - t0)
         self.save(version)
         self._fields, self._allowed_cache, self._mask_cache = None, {}, {}
         log.info("synced %s: +%d -%d (%d chunks)", self.collection, len(todo), len(stale), len(self.hashes))
-        return {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
-                "store_version": version}
+        out = {"added": len(todo), "removed": len(stale), "kept": len(self.hashes) - len(todo),
+               "store_version": version}
+        if graph_stats is not None and graph_stats.skipped_replies:
+            out["graph_skipped_replies"] = graph_stats.skipped_replies
+        return out
 
     def iter_indexed(self, store: DocumentStoreProtocol) -> Iterator[Chunk]:
         """The chunks this index holds: the configured granularity, else everything but parents."""

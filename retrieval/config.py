@@ -161,8 +161,23 @@ class GraphConfig(_Strict):
 
     enabled: bool = False
     # cooccurrence: capitalised names, quoted titles, document titles, CJK names (no model, ~free);
-    # llm / both: triples extracted by the engine (accepted here, refused at build: not implemented yet)
+    # llm: (head, relation, tail) triples the engine extracts (retrieval/triples.py), plus titles;
+    # both: the two together (a triple adds weight to its pair's co-occurrence edge)
     extractor: Literal["cooccurrence", "llm", "both"] = "cooccurrence"
+    # LLM extraction: chunks per engine batch, characters of a chunk shown, triples kept per chunk
+    llm_batch: int = Field(8, ge=1)
+    llm_chars: int = Field(1200, ge=100)
+    llm_max_triples: int = Field(4, ge=1)
+    llm_max_tokens: int = Field(120, ge=16, description="reply budget of one extraction or summary call")
+    # entity embeddings (the index's embedder, computed at index time, stored in the graph tables):
+    # a name in the question that is no entity key links to the nearest entity at this cosine or above
+    entity_embeddings: bool = True
+    link_min_similarity: float = Field(0.85, gt=0.0, le=1.0)
+    # community summaries written by the engine at index time, searched by the global mode
+    # (`rag search --mode global`): communities of at least `summary_min_size` entities, largest first
+    summaries: bool = False
+    summary_min_size: int = Field(3, ge=2)
+    summary_max_communities: int = Field(50, ge=1)
     # entities in more than this share of chunks ("American", "United States") are hubs that
     # link everything to everything; they keep their mentions but get no edges and seed nothing
     max_chunk_share: float = Field(0.05, gt=0.0, le=1.0)

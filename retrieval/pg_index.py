@@ -19,6 +19,11 @@ transaction. A chunk is indexed when its `index_hash` is set; `sync` indexes the
 NULL (new or re-ingested chunks), so it resumes after a crash and needs no diff of the whole
 collection. `rag_index_meta` holds what the index was built with; a config change asks for
 `rag reindex`.
+
+Graph (`retrieval.graph`): the entity graph's rows live in the same database (graph_* tables,
+indexing/graph_rows.py) and are synced by the one implementation the SQLite backend uses
+(`GraphIndex.sync`, one transaction per sync); searches read an in-memory `GraphIndex` loaded from
+them, reloaded when another replica synced the collection.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from .collection_index import IndexMismatchError, retrievers_for
 from .config import RetrievalConfig
 from .embeddings.base import Embedder
 from .filters import Filters
+from .graph import GraphIndex, GraphLLM, graph_build_settings
 from .pg_filters import SQL_FUNCTIONS, filters_sql
 from .text import indexed_text
 
@@ -89,10 +95,13 @@ class PgIndex:
     """BM25 postings + pgvector HNSW of one collection; the `CollectionIndex` of the Postgres backend."""
 
     def __init__(self, store: PgDocumentStore, collection: str, cfg: RetrievalConfig,
-                 embedder: Callable[[], Embedder], analyzer: Analyzer, rebuild: bool = False):
+                 embedder: Callable[[], Embedder], analyzer: Analyzer, rebuild: bool = False,
+                 graph_llm: GraphLLM | None = None):
         self.store, self.collection, self.cfg = store, collection, cfg
-        self._embedder, self.analyzer = embedder, analyzer
-        self.retrievers = retrievers_for(cfg.mode)
+        self._embedder, self.analyzer, self.graph_llm = embedder, analyzer, graph_llm
+        self.retrievers = retrievers_for(cfg.mode, cfg.graph_built())
+        self._graph: GraphIndex | None = None
+        self._graph_version: int | None = None
         if "bm25" in self.retrievers and cfg.bm25.variant != "okapi":
             raise ValueError(f"the postgres backend scores BM25 okapi only, not {cfg.bm25.variant!r}")
         self.stats: dict[str, float] = {}
@@ -107,6 +116,8 @@ class PgIndex:
         if "dense" in self.retrievers:
             emb = self._embedder()
             exp["embedding_model"], exp["dim"] = emb.name, emb.dim
+        if "graph" in self.retrievers:
+            exp["graph"] = graph_build_settings(self.cfg.graph)
         return exp
 
     def ensure_schema(self, rebuild_dim: bool = False) -> None:
@@ -166,7 +177,7 @@ class PgIndex:
         retrievers than asked (hybrid, searched as bm25) serves as is and keeps all of them up to date."""
         have = meta["config"].get("retrievers", [])
         if set(have) > set(self.retrievers):
-            self.retrievers = [r for r in ("bm25", "dense") if r in have]
+            self.retrievers = [r for r in ("bm25", "dense", "graph") if r in have]
         exp = self.expected()
         for key, want in exp.items():
             have = meta["config"].get(key)
@@ -235,10 +246,65 @@ class PgIndex:
         added += self._write(part)
         if "dense" in self.retrievers:
             self._ensure_hnsw()
+        if "graph" in self.retrievers:
+            self._sync_graph(version, rebuild)
         self._refresh_stats(version)
         n = int(self.stats.get("n_docs", 0))
         log.info("synced %s in postgres: +%d (%d chunks)", self.collection, added, n)
         return {"added": added, "removed": 0, "kept": n - added, "store_version": version}
+
+    # ---- graph -----------------------------------------------------------------------
+    def _indexed_chunks(self) -> list[tuple[int, str, str]]:
+        """(int id, text, title) of the chunks the indexes hold (CollectionIndex.iter_indexed's rule)."""
+        gran = self.cfg.index_granularity()
+        q = "SELECT int_id, text, title, metadata->>'role' FROM chunks WHERE collection = %s"
+        args: list[Any] = [self.collection]
+        if gran is not None:
+            q, args = q + " AND granularity = %s", args + [gran]
+        return [(int(i), t, ti) for i, t, ti, role in self.store.stream(q + " ORDER BY int_id", args)
+                if gran is not None or role != "parent"]
+
+    def _sync_graph(self, version: int, rebuild: bool) -> None:
+        """Sync a copy (searches keep reading the last complete graph), then swap it in."""
+        base = None
+        if not rebuild:
+            base = _copy(self._graph) if self._graph is not None else GraphIndex.load(self.store, self.collection,
+                                                                                     self.cfg.graph)
+        work = base or GraphIndex(self.cfg.graph)
+        st = work.sync(self.store, self.collection, self._indexed_chunks(), version, rebuild=base is None,
+                       embedder=self._embedder, llm=self.graph_llm)
+        if not work.chunks_of and work.hashes:
+            log.warning("collection %r: no entities found in %d chunks, the graph is empty; graph search "
+                        "returns the other retrievers' results", self.collection, len(work.hashes))
+        if st.skipped_replies:
+            log.warning("collection %r: %d graph extraction replies were not valid output and were skipped",
+                        self.collection, st.skipped_replies)
+        self._graph, self._graph_version = work, version
+
+    @property
+    def graph(self) -> GraphIndex | None:
+        """The in-memory graph, (re)loaded from the tables when another process synced them."""
+        if "graph" not in self.retrievers:
+            return None
+        version = (self.stats or {}).get("store_version")
+        if self._graph is None or self._graph_version != version:
+            g = GraphIndex.load(self.store, self.collection, self.cfg.graph)
+            if g is None:
+                raise IndexMismatchError(f"the entity graph of {self.collection!r} was not built with these "
+                                         f"settings; run `rag reindex --collection {self.collection}`")
+            self._graph, self._graph_version = g, version
+        return self._graph
+
+    def allowed(self, filters: Filters | None, must: Sequence[Sequence[str]] = ()) -> np.ndarray | None:
+        """Int ids passing the filters and required terms (for the in-memory graph), None: all."""
+        fsql, fargs = filters_sql(filters, "c")
+        msql, margs = self._must_sql(must, "c")
+        if not fsql and not msql:
+            return None
+        with self.store.reader.conn() as db:
+            rows = db.execute(f"SELECT c.int_id FROM chunks c WHERE c.collection = %s{fsql}{msql}",
+                              [self.collection, *fargs, *margs]).fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
 
     def _write(self, part: list[tuple[Chunk, int, str]]) -> int:
         if not part:
@@ -347,3 +413,9 @@ class PgIndex:
                        (str(max(int(d.hnsw_ef_search), int(k))),))
             rows = db.execute(sql, [vec, self.collection, *fargs, *margs, vec, int(k)]).fetchall()
         return [(int(i), float(s)) for i, s in rows]
+
+
+def _copy(graph: GraphIndex) -> GraphIndex:
+    import copy
+
+    return copy.deepcopy(graph)

@@ -29,9 +29,6 @@ class PgRetriever(Retriever):
 
     def __init__(self, *args: Any, **kw: Any):
         super().__init__(*args, **kw)
-        if self.cfg.graph_built():
-            raise ValueError("retrieval.graph (and mode: graph) is not supported on storage.backend: postgres yet; "
-                             "disable retrieval.graph.enabled or use the sqlite backend")
         self._pg: dict[str, PgIndex] = {}
         self._pg_lock = threading.RLock()
 
@@ -40,7 +37,7 @@ class PgRetriever(Retriever):
         """The collection's index with the settings `embedder.model: auto` picks for its language
         mix (embedder, fusion weights, BM25-only fallback), as the in-process backend does."""
         return PgIndex(self.store, name, self.language_choice(name).cfg, lambda: self.embedder_for(name),
-                       self.analyzer, rebuild=rebuild)
+                       self.analyzer, rebuild=rebuild, graph_llm=self.graph_llm)
 
     def index(self, collection: str) -> PgIndex:  # type: ignore[override]
         with self._pg_lock:
@@ -93,8 +90,19 @@ class PgRetriever(Retriever):
         wanted, qvecs, k_hits, fuse, depth = self._plan(name, pi.retrievers, texts, qvecs, k, mode)
         must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
         rankings: dict[str, list[tuple[int, float]]] = {}
+        graph = pi.graph if "graph" in wanted else None
+        allowed = pi.allowed(filters, must) if graph is not None else None
         for qi, text in enumerate(texts):
             suffix = "" if qi == 0 else f"@{qi}"
+            if graph is not None:
+                t = time.perf_counter()
+                embed = self.embedder_for(name) if graph.vectors else None
+                hits = graph.search(text, depth["graph"], allowed, embed=embed)
+                timings["graph"] = timings.get("graph", 0.0) + _ms(t)
+                if hits:
+                    rankings["graph" + suffix] = hits
+                    if mode == "graph":
+                        continue  # the graph alone answers
             if "bm25" in wanted:
                 t = time.perf_counter()
                 rankings["bm25" + suffix] = pi.bm25(self.analyzer(text), depth["bm25"], filters, must)
@@ -103,7 +111,7 @@ class PgRetriever(Retriever):
                 t = time.perf_counter()
                 rankings["dense" + suffix] = pi.dense(qvecs[qi], depth["dense"], filters, must)
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
-        return self._candidates(name, rankings, pi.cfg.fusion, fuse, k, k_hits, timings)
+        return self._candidates(name, rankings, pi.cfg.fusion, fuse and len(rankings) > 1, k, k_hits, timings)
 
 
 def _ms(t0: float) -> float:

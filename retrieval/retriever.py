@@ -28,6 +28,7 @@ from .config import FusionConfig, RetrievalConfig
 from .embeddings import Embedder, make_embedder
 from .filters import Filters
 from .fusion import convex, rrf
+from .graph import GraphLLM
 from .language_choice import LanguageChoice, choose
 from .router import LLMRouter, Router
 from .small_to_big import expand_to_parents, sentence_window
@@ -40,8 +41,9 @@ Progress = Callable[[int, int], None] | None
 class Retriever:
     def __init__(self, cfg: RetrievalConfig, store: DocumentStoreProtocol, index_root: str | Path,
                  embedder: Embedder | None = None, cache_path: str | Path | None = None,
-                 llm_router: LLMRouter | None = None):
+                 llm_router: LLMRouter | None = None, graph_llm: GraphLLM | None = None):
         self.cfg, self.store, self.index_root = cfg, store, Path(index_root)
+        self.graph_llm = graph_llm  # extractor llm/both and community summaries (rag/graph_llm.py)
         self._emb = embedder
         self._cache_path = Path(cache_path) if cache_path else self.index_root.parent / "embeddings.sqlite"
         self.analyzer = Analyzer(cfg.bm25.analyzer)
@@ -94,7 +96,7 @@ class Retriever:
 
     def _new_index(self, name: str) -> CollectionIndex:
         return CollectionIndex(self.index_root, name, self.language_choice(name).cfg,
-                               lambda: self.embedder_for(name), self.analyzer)
+                               lambda: self.embedder_for(name), self.analyzer, self.store, self.graph_llm)
 
     # ---- indexes ----------------------------------------------------------------------------
     def collection_names(self) -> list[str]:
@@ -251,7 +253,8 @@ class Retriever:
             suffix = "" if qi == 0 else f"@{qi}"
             if "graph" in wanted:
                 t = time.perf_counter()
-                hits = ci.graph.search(text, depth["graph"], allowed)
+                embed = self.embedder_for(name) if ci.graph.vectors else None  # entity linking by embedding
+                hits = ci.graph.search(text, depth["graph"], allowed, embed=embed)
                 timings["graph"] = timings.get("graph", 0.0) + _ms(t)
                 if hits:
                     rankings["graph" + suffix] = hits

@@ -10,7 +10,6 @@ import pytest
 
 from indexing.store import DocumentStore
 from retrieval.entities import extract, normalize, question_keys
-from retrieval.graph import GraphIndex
 from retrieval.retriever import Retriever
 
 BRIDGE = [
@@ -115,12 +114,13 @@ def test_empty_graph_warns_and_graph_mode_returns_the_hybrid(tmp_path, doc_facto
     assert [c.chunk_id for c in r2.search(q, k=3).candidates] == [c.chunk_id for c in h2.search(q, k=3).candidates]
 
 
-def test_unimplemented_extractor_is_refused_clearly():
-    """Catches: `extractor: llm` silently building a co-occurrence graph (or nothing)."""
-    from retrieval.config import GraphConfig
-
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        GraphIndex(GraphConfig(extractor="llm"))
+def test_llm_extractor_without_an_engine_is_refused_clearly(tmp_path, doc_factory):
+    """Catches: `extractor: llm` silently building a co-occurrence graph (or nothing) when the
+    retriever was built without the engine (outside `rag index`)."""
+    store = _store(tmp_path, doc_factory, BRIDGE[:2])
+    r = Retriever.from_config({"mode": "bm25", "graph": {"enabled": True, "extractor": "llm"}}, store, tmp_path / "i")
+    with pytest.raises(ValueError, match="needs the engine"):
+        r.sync()
 
 
 def test_graph_cli_stats_and_show(tmp_path, capsys):

@@ -1,0 +1,63 @@
+"""The LLM triple format of `retrieval.graph.extractor: llm|both`: schema, instruction and parser.
+
+Why here and not beside the engine call (rag/graph_llm.py): the graph decides what a valid reply
+is, and retrieval cannot import the engine. The reply is JSON constrained by `SCHEMA` (the engine
+masks every token outside it), short on purpose: small models write a few (head, relation, tail)
+objects well and long free-form lists badly. A reply that still does not parse (cut at the token
+limit, another backend ignoring the schema, an engine error) makes `parse_triples` return None:
+the chunk keeps its other entities, the graph counts the reply (`skipped_replies`) and the ingest
+goes on.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .entities import normalize
+
+MAX_TRIPLES = 4
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "triples": {
+            "type": "array", "maxItems": MAX_TRIPLES,
+            "items": {"type": "object", "properties": {
+                "head": {"type": "string", "maxLength": 48},
+                "relation": {"type": "string", "maxLength": 32},
+                "tail": {"type": "string", "maxLength": 48}}},
+        },
+    },
+}
+
+INSTRUCTION = (
+    "Extract facts from the passage as (head, relation, tail) triples. head and tail are names of "
+    "people, places, organisations, works or things named in the passage; relation is a short verb "
+    'phrase. Reply as JSON: {"triples": [{"head": "...", "relation": "...", "tail": "..."}]}. '
+    'Reply {"triples": []} when the passage names nothing.'
+)
+
+
+def parse_triples(reply: str, max_words: int = 6) -> list[tuple[str, str, str]] | None:
+    """(head, relation, tail) surface forms of a reply; None when the reply is not valid output
+    (not JSON of the schema's shape). Items whose head or tail is no entity (empty, a number,
+    longer than `max_words` words) are dropped; an empty list is a valid "nothing here"."""
+    try:
+        data = json.loads(reply)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("triples"), list):
+        return None
+    out: list[tuple[str, str, str]] = []
+    for item in data["triples"]:
+        if not isinstance(item, dict):
+            return None
+        h, r, t = (" ".join(str(item.get(f, "")).split()) for f in ("head", "relation", "tail"))
+        if not (h and t) or not _entity(h, max_words) or not _entity(t, max_words) or normalize(h) == normalize(t):
+            continue
+        out.append((h, r.lower() or "related to", t))
+    return out
+
+
+def _entity(surface: str, max_words: int) -> bool:
+    key = normalize(surface)
+    return bool(key) and any(ch.isalpha() for ch in key) and len(key.split()) <= max_words
