@@ -172,7 +172,7 @@ class GraphConfig(_Strict):
     # entity embeddings (the index's embedder, computed at index time, stored in the graph tables):
     # a name in the question that is no entity key links to the nearest entity at this cosine or above
     entity_embeddings: bool = True
-    link_min_similarity: float = Field(0.85, gt=0.0, le=1.0)
+    link_min_similarity: float = Field(0.8, gt=0.0, le=1.0)
     # community summaries written by the engine at index time, searched by the global mode
     # (`rag search --mode global`): communities of at least `summary_min_size` entities, largest first
     summaries: bool = False

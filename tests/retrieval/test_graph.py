@@ -144,3 +144,24 @@ def test_graph_cli_stats_and_show(tmp_path, capsys):
     assert any(n["key"] == "fulham reserves" for n in info["neighbours"])
     assert main(["graph", "show", "nobody at all", *common]) == 1
     assert main(["graph", "stats", "--set", f"storage.path={tmp_path / 'rag'}"]) == 2  # no graph configured
+
+
+def test_entity_linking_by_embedding_finds_a_respelled_name(tmp_path, doc_factory, embedder):
+    """Catches: linking by exact string only (a question spelling the director "Kenneth Hughes"
+    seeds nothing), entity embeddings not computed at index time or not stored (a fresh process
+    loading the graph from the store links nothing), and a threshold so loose that an unrelated
+    name ("Ken Loach", cosine ~0.5 to "ken hughes") seeds the walk."""
+    store = _store(tmp_path, doc_factory)
+    cfg = {"mode": "bm25", "graph": {"enabled": True}}
+    Retriever.from_config(cfg, store, tmp_path / "idx", embedder=embedder).sync()
+    graph = Retriever.from_config(cfg, store, tmp_path / "idx", embedder=embedder).index("default").graph
+    assert graph.embedding_model == embedder.name and "ken hughes" in graph.vectors
+    q = "Where did Kenneth Hughes play as a youth?"
+    assert graph.link(q) == []  # no key is spelled in the question
+    assert graph.link(q, embedder) == ["ken hughes"]
+    ids = {c.int_id: c.doc_id for c in store.iter_chunks()}
+    assert {ids[i] for i, _ in graph.search(q, 3, embed=embedder)[:2]} == {"ken_hughes", "heat_wave"}
+    assert graph.link("What did Ken Loach direct?", embedder) == []
+    off = Retriever.from_config({"mode": "bm25", "graph": {"enabled": True, "entity_embeddings": False}}, store,
+                                tmp_path / "idx-off", embedder=embedder)
+    assert off.index("default").graph.search(q, 3, embed=embedder) == []
