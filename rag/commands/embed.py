@@ -7,23 +7,16 @@ import json
 import logging
 from pathlib import Path
 
-from ._common import add_config_args, config_from, print_json
-from .rerank import add_train_args, mining_embedder, train_config
+from ._common import config_from, print_json
+from .rerank import add_train_eval, mining_embedder, train_config
 
 
 def register(sub) -> None:
-    p = sub.add_parser("embed", help="fine-tune or evaluate the embedding model")
-    esub = p.add_subparsers(dest="embed_command", metavar="ACTION", required=True)
-    t = esub.add_parser("train", help="fine-tune with MultipleNegativesRankingLoss and mined hard negatives")
-    add_config_args(t)
-    add_train_args(t, ".rag/models/embedder")
-    t.set_defaults(func=run_train)
-    e = esub.add_parser("eval", help="nDCG@10 of bm25 / dense / hybrid on a BEIR split with a given embedder")
-    add_config_args(e)
-    e.add_argument("--dataset", required=True, metavar="DIR")
-    e.add_argument("--split", default="test")
+    e = add_train_eval(sub, "embed", "fine-tune or evaluate the embedding model",
+                       "fine-tune with MultipleNegativesRankingLoss and mined hard negatives",
+                       "nDCG@10 of bm25 / dense / hybrid on a BEIR split with a given embedder",
+                       ".rag/models/embedder", run_train, run_eval)
     e.add_argument("--model", help="embedder dir or alias (default: the configured embedder)")
-    e.set_defaults(func=run_eval)
 
 
 def run_train(args: argparse.Namespace) -> int:

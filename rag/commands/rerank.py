@@ -39,6 +39,24 @@ def add_train_args(p: argparse.ArgumentParser, default_out: str) -> None:
                    help="bf16 autocast (auto: where the CPU/GPU has fast bf16)")
 
 
+def add_train_eval(sub, name: str, help: str, train_help: str, eval_help: str, default_out: str,
+                   run_train, run_eval) -> argparse.ArgumentParser:
+    """`rag NAME train|eval` (rerank, embed): the train parser with `add_train_args`, and the eval
+    parser with the config and BEIR split options both evals take; returned for its own flags."""
+    p = sub.add_parser(name, help=help)
+    actions = p.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+    t = actions.add_parser("train", help=train_help)
+    add_config_args(t)
+    add_train_args(t, default_out)
+    t.set_defaults(func=run_train)
+    e = actions.add_parser("eval", help=eval_help)
+    add_config_args(e)
+    e.add_argument("--dataset", required=True, metavar="DIR")
+    e.add_argument("--split", default="test")
+    e.set_defaults(func=run_eval)
+    return e
+
+
 def train_config(args: argparse.Namespace, lr: float):
     from rerank.training.train import TrainConfig
 
@@ -85,16 +103,10 @@ def _weights(text: str) -> list[float]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("rerank", help="train or evaluate rerankers")
-    rsub = p.add_subparsers(dest="rerank_command", metavar="ACTION", required=True)
-    t = rsub.add_parser("train", help="train a cross-encoder with hard negatives mined by our retriever")
-    add_config_args(t)
-    add_train_args(t, ".rag/models/reranker")
-    t.set_defaults(func=run_train)
-    e = rsub.add_parser("eval", help="nDCG@10 of hybrid retrieval before/after reranking on a BEIR split")
-    add_config_args(e)
-    e.add_argument("--dataset", required=True, metavar="DIR")
-    e.add_argument("--split", default="test")
+    e = add_train_eval(sub, "rerank", "train or evaluate rerankers",
+                       "train a cross-encoder with hard negatives mined by our retriever",
+                       "nDCG@10 of hybrid retrieval before/after reranking on a BEIR split", ".rag/models/reranker",
+                       run_train, run_eval)
     e.add_argument("--type", default="cross-encoder", choices=("cross-encoder", "bi-encoder", "llm"))
     e.add_argument("--model", default=".rag/models/reranker")
     e.add_argument("--depth", type=int, default=50)
@@ -107,7 +119,6 @@ def register(sub) -> None:
     e.add_argument("--fuse", type=_weights, default=[0.5], metavar="W[,W...]",
                    help="also report a reciprocal-rank blend of reranker and retriever order with this "
                         "weight (several: a sweep, and the best one is named)")
-    e.set_defaults(func=run_eval)
 
 
 def run_train(args: argparse.Namespace) -> int:

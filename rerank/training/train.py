@@ -130,6 +130,19 @@ def _finish(cfg: TrainConfig, out: Path, ckpt_dir: Path, kind: str, n_train: int
     return info
 
 
+def _start(cfg: TrainConfig, negatives: int, embedder=None, chooser=None) -> tuple[Path, Path, list]:
+    """What both trainers do first, in this order (the seed before mining, so a run repeats): the
+    output and checkpoint dirs, and the examples mined with `negatives` per positive."""
+    from transformers import set_seed
+
+    set_seed(cfg.seed)
+    out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
+    out.mkdir(parents=True, exist_ok=True)
+    examples = mine_examples(cfg.datasets, cfg.split, negatives, cfg.mine, _mining_embedder(cfg, embedder),
+                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout, chooser)
+    return out, ckpt_dir, examples
+
+
 def train_cross_encoder(cfg: TrainConfig, embedder=None, chooser=None) -> dict:
     """Train and save a one-logit cross-encoder to `cfg.out`; returns the run summary.
     `chooser` (`mining.language_aware`) mines each corpus behind the retriever its language gets."""
@@ -141,14 +154,9 @@ def train_cross_encoder(cfg: TrainConfig, embedder=None, chooser=None) -> dict:
         CrossEncoderTrainingArguments,
     )
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
-    from transformers import set_seed
 
     t0 = time.time()
-    set_seed(cfg.seed)
-    out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
-    out.mkdir(parents=True, exist_ok=True)
-    examples = mine_examples(cfg.datasets, cfg.split, cfg.negatives, cfg.mine, _mining_embedder(cfg, embedder),
-                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout, chooser)
+    out, ckpt_dir, examples = _start(cfg, cfg.negatives, embedder, chooser)
     data = Dataset.from_dict(as_pairs(examples))
     model = CrossEncoder(cfg.base, num_labels=1, max_length=cfg.max_length)
     if cfg.freeze_embeddings:
@@ -207,14 +215,9 @@ def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
     )
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
-    from transformers import set_seed
 
     t0 = time.time()
-    set_seed(cfg.seed)
-    out, ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
-    out.mkdir(parents=True, exist_ok=True)
-    examples = mine_examples(cfg.datasets, cfg.split, 1, cfg.mine, _mining_embedder(cfg, embedder),
-                             cfg.seed, cfg.pool, cfg.max_queries, cfg.holdout)
+    out, ckpt_dir, examples = _start(cfg, 1, embedder)
     data = Dataset.from_dict(as_triplets(examples))
     model = SentenceTransformer(cfg.base)
     if cfg.freeze_embeddings:
