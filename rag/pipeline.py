@@ -202,6 +202,7 @@ class Pipeline:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
         passages = [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(res.candidates[:k])]
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+            answer.closest_passages = passages  # shown with the refusal, never given to the model
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return request_for(self, answer, passages, t0, sampling, mode, history)
 

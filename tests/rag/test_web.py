@@ -86,13 +86,14 @@ def _documents(driver) -> list[str]:
     return _js(driver, "return [...document.querySelectorAll('#doclist li .name')].map(e => e.textContent)")
 
 
-def test_page_upload_ask_click_a_citation_see_the_span(server, browser, tmp_path):
+def test_page_upload_ask_click_a_citation_see_the_span(server, browser, tmp_path, monkeypatch):
     """Upload -> job -> ask -> click [n] -> the passage with the cited span marked. Bugs caught: an
     upload whose job status never reaches the page, a document list that does not follow uploads
     and deletes, [n] markers that do not open their passage, a passage shown without (or with the
     wrong) span, an unindexable upload shown as indexed or changing what is there, a mode switch
-    that is not sent, no model or latency in the footer."""
-    base, _ = server
+    that is not sent, no model or latency in the footer, a refusal shown as an answer or without the
+    passages that came closest."""
+    base, app = server
     browser.get(base + "/")
     wait_for(lambda: "smollm2" in _js(browser, "return document.querySelector('#model').textContent"),
              "the footer named the model", timeout=30, interval=0.2)
@@ -137,6 +138,24 @@ def test_page_upload_ask_click_a_citation_see_the_span(server, browser, tmp_path
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("RAG_WEB_SCREENSHOT"):  # the docs' picture: RAG_WEB_SCREENSHOT=docs/img/page.png
         Path(os.environ["RAG_WEB_SCREENSHOT"]).write_bytes(png)
+
+    # a refusal is shown as one, with the passages that came closest (SmolLM2 never refuses on its own:
+    # `answer.refuse_below` above every score makes the pipeline refuse before decoding)
+    pipe = app.state.rag.pipeline
+    with monkeypatch.context() as m:
+        m.setattr(pipe.cfg.answer, "refuse_below", 1e9)
+        text = _ask(browser, "When does the ferry leave Tavrin?")
+    last = ("const a = [...document.querySelectorAll('#log .a')].pop(); const s = [...document.querySelectorAll("
+            "'#log .sources')].pop(); return {cls: a.className, badge: a.querySelector('.badge')?.textContent, "
+            "label: s.previousElementSibling?.textContent, closest: [...s.querySelectorAll('li')].map(l => l.textContent), "
+            "cites: a.querySelectorAll('.cite').length}")
+    shown = _js(browser, last)
+    assert "refusal" in shown["cls"] and shown["badge"] == "no answer" and shown["cites"] == 0, shown
+    assert pipe.cfg.prompt.refusal in text and "Closest passages" in shown["label"], shown
+    assert any("Tavrin harbour" in c for c in shown["closest"]), shown
+    _click(browser, "#log .sources.closest li")
+    assert "64 moorings" in _js(browser, "return document.querySelector('#passage-text').textContent")
+    assert _js(browser, "return document.querySelectorAll('#passage mark').length") == 0  # nothing was cited
 
     _click(browser, "#doclist button.del")
     wait_for(lambda: _documents(browser) == [], "the deleted document left the list", timeout=30)
