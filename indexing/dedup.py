@@ -11,6 +11,7 @@ import hashlib
 import re
 import zlib
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -97,7 +98,39 @@ class ContainmentCheck:
         return one_contains_other(x, self.shingles[j])
 
 
-class MinHashLSH:
+class _BucketIndex:
+    """What both near-duplicate indexes share: documents filed under keys (MinHash bands, SimHash
+    bit blocks); the candidates of a new text are the earlier documents sharing one of its keys,
+    each tried once in key order, and the first that matches (and passes the containment check,
+    when on) is the duplicate. One search, so both indexes keep the first document seen."""
+
+    verify: ContainmentCheck | None
+    buckets: dict
+    ids: list[str]
+
+    def _find_or_add(self, doc_id: str, text: str, keys: Sequence[Hashable], matches: Callable[[int], bool],
+                     remember: Callable[[], None]) -> str | None:
+        """Id of the first earlier document that `matches`, else None after `remember` stored the
+        new one's own data and it is filed under `keys`."""
+        seen: set[int] = set()
+        cont = self.verify.of(text) if self.verify is not None else None
+        for key in keys:
+            for j in self.buckets.get(key, ()):
+                if j not in seen:
+                    seen.add(j)
+                    if matches(j) and (cont is None or self.verify.same(cont, j)):  # type: ignore[union-attr]
+                        return self.ids[j]
+        idx = len(self.ids)
+        if self.verify is not None:
+            self.verify.add(cont)  # type: ignore[arg-type]
+        remember()
+        self.ids.append(doc_id)
+        for key in keys:
+            self.buckets[key].append(idx)
+        return None
+
+
+class MinHashLSH(_BucketIndex):
     """Jaccard near-duplicates: banded MinHash signatures, candidates verified on the signature."""
 
     def __init__(self, threshold: float = 0.9, num_perm: int = 128, shingle: int = 3, seed: int = 1,
@@ -132,26 +165,11 @@ class MinHashLSH:
         """Id of an earlier near-duplicate of `text`, or None after remembering it as new."""
         sig = self.signature(text)
         keys = [(i, sig[i * self.rows : (i + 1) * self.rows].tobytes()) for i in range(self.bands)]
-        seen: set[int] = set()
-        cont = self.verify.of(text) if self.verify is not None else None
-        for key in keys:
-            for j in self.buckets.get(key, ()):
-                if j not in seen:
-                    seen.add(j)
-                    if float(np.mean(self.sigs[j] == sig)) >= self.threshold and (
-                            cont is None or self.verify.same(cont, j)):  # type: ignore[union-attr]
-                        return self.ids[j]
-        idx = len(self.sigs)
-        if self.verify is not None:
-            self.verify.add(cont)  # type: ignore[arg-type]
-        self.sigs.append(sig)
-        self.ids.append(doc_id)
-        for key in keys:
-            self.buckets[key].append(idx)
-        return None
+        return self._find_or_add(doc_id, text, keys, lambda j: float(np.mean(self.sigs[j] == sig)) >= self.threshold,
+                                 lambda: self.sigs.append(sig))
 
 
-class SimHash:
+class SimHash(_BucketIndex):
     """Near-duplicates from a 64-bit SimHash, confirmed on the exact shingle Jaccard.
 
     Candidates are fingerprints within a Hamming radius of (1 - threshold) * 64, found through
@@ -190,22 +208,12 @@ class SimHash:
     def check_add(self, doc_id: str, text: str) -> str | None:
         x = shingle_hashes(text, self.shingle)
         h = self._fingerprint(x)
-        keys = self._block_keys(h)
-        seen: set[int] = set()
-        cont = self.verify.of(text) if self.verify is not None else None
-        for key in keys:
-            for j in self.buckets.get(key, ()):
-                if j not in seen:
-                    seen.add(j)
-                    if (self.hashes[j] ^ h).bit_count() <= self.radius and jaccard(x, self.shingles[j]) >= self.threshold \
-                            and (cont is None or self.verify.same(cont, j)):  # type: ignore[union-attr]
-                        return self.ids[j]
-        idx = len(self.hashes)
-        if self.verify is not None:
-            self.verify.add(cont)  # type: ignore[arg-type]
-        self.hashes.append(h)
-        self.shingles.append(x.astype(np.uint32))
-        self.ids.append(doc_id)
-        for key in keys:
-            self.buckets[key].append(idx)
-        return None
+
+        def matches(j: int) -> bool:
+            return (self.hashes[j] ^ h).bit_count() <= self.radius and jaccard(x, self.shingles[j]) >= self.threshold
+
+        def remember() -> None:
+            self.hashes.append(h)
+            self.shingles.append(x.astype(np.uint32))
+
+        return self._find_or_add(doc_id, text, self._block_keys(h), matches, remember)
