@@ -9,13 +9,12 @@ common case) a precomputed mask of "plain" tokens is reused, so the per-token co
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import torch
 
 from .json_automaton import JsonAutomaton, State
-from .token_bytes import token_bytes
+from .token_bytes import per_tokenizer, token_bytes
 
 _SPECIAL = set('"\\') | {chr(i) for i in range(0x20)}
 
@@ -60,16 +59,7 @@ def _utf8(b: bytes | None) -> str | None:
         return None
 
 
-_VOCABS: dict[int, _Vocab] = {}
-_LOCK = threading.Lock()
-
-
-def _vocab(tokenizer: Any) -> _Vocab:
-    with _LOCK:
-        v = _VOCABS.get(id(tokenizer))
-        if v is None:
-            v = _VOCABS[id(tokenizer)] = _Vocab(tokenizer)
-        return v
+_vocab = per_tokenizer(_Vocab)
 
 
 class JsonSchemaLogitsProcessor:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 _SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+T = TypeVar("T")
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -66,14 +68,21 @@ def _piece_bytes(piece: str, dec: dict[str, int], byte_level: bool, tokenizer: A
     return None if "\ufffd" in text else text.encode("utf-8")
 
 
-_CACHE: dict[int, TokenBytes] = {}
-_LOCK = threading.Lock()
+def per_tokenizer(build: Callable[[Any], T]) -> Callable[[Any], T]:
+    """`build(tokenizer)` once per tokenizer object, under a lock of its own (a build may call
+    another cache's getter: the JSON trie is built from `token_bytes`). The one cache of every
+    table that walks the whole vocabulary."""
+    cache: dict[int, T] = {}
+    lock = threading.Lock()
+
+    def get(tokenizer: Any) -> T:
+        with lock:
+            v = cache.get(id(tokenizer))
+            if v is None:
+                v = cache[id(tokenizer)] = build(tokenizer)
+            return v
+
+    return get
 
 
-def token_bytes(tokenizer: Any) -> TokenBytes:
-    """One table per tokenizer object (building it walks the whole vocabulary once)."""
-    with _LOCK:
-        tb = _CACHE.get(id(tokenizer))
-        if tb is None:
-            tb = _CACHE[id(tokenizer)] = TokenBytes(tokenizer)
-        return tb
+token_bytes = per_tokenizer(TokenBytes)  # one table per tokenizer object
