@@ -58,10 +58,13 @@ test: install browser
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing chromium + chromium-driver for the web page test"; \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
-			|| echo "could not install chromium: the web page test will be skipped"; \
-	else echo "chromium is absent and cannot be installed here: the web page test will be skipped"; fi
+		echo "installing Debian's chromium + chromium-driver for the page test (tests/rag/test_web.py)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) \
+			>/tmp/ragstack-browser.log 2>&1 \
+			|| { tail -n 5 /tmp/ragstack-browser.log; \
+			     echo "could not install chromium + chromium-driver (above): tests/rag/test_web.py will be skipped"; }; \
+	else echo "chromium/chromedriver are missing and this user cannot apt-get them (needs root and apt-get):" \
+		"install Debian's chromium and chromium-driver, or tests/rag/test_web.py will be skipped"; fi
 
 serve: install
 	$(BIN)/rag serve
