@@ -42,13 +42,19 @@ def build_ingestor(cfg: RagConfig, store: DocumentStoreProtocol):
     return Ingestor(store, indexing_config(cfg))
 
 
-def build_retriever(cfg: RagConfig, store: DocumentStoreProtocol):
+def build_retriever(cfg: RagConfig, store: DocumentStoreProtocol, generator=None):
+    """The retriever of the configured backend; with `retrieval.graph.extractor: llm|both` or
+    `summaries: true` it gets the engine for the graph (rag/graph_llm.py), built on first use
+    unless `generator` (a callable returning one to share) is given."""
     from indexing.pg_store import PgDocumentStore
 
+    from .graph_llm import graph_llm_for
+
+    graph_llm = graph_llm_for(cfg, generator)
     if isinstance(store, PgDocumentStore):
         from retrieval.pg_retriever import PgRetriever
 
-        return PgRetriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")
+        return PgRetriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes", graph_llm=graph_llm)
     from retrieval.retriever import Retriever
 
-    return Retriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes")
+    return Retriever.from_config(cfg.retrieval, store, cfg.storage_path / "indexes", graph_llm=graph_llm)

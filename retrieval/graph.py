@@ -412,7 +412,8 @@ class GraphIndex:
         sizes = Counter(self.community.values())
         return {"chunks": len(self.mentions), "entities": len(self.chunks_of), "hubs": len(self.hubs),
                 "edges": n_edges, "mentions": sum(len(m) for m in self.mentions.values()),
-                "communities": len(sizes), "largest_communities": [
+                "communities": len(sizes), "triples": sum(len(t) for t in self.triples.values()),
+                "summaries": len(self.summaries), "skipped_replies": self.skipped_replies, "largest_communities": [
                     {"label": self.name(c), "size": n} for c, n in sorted(sizes.items(), key=lambda x: (-x[1], x[0]))[:10]]}
 
     def show(self, entity: str, limit: int = 20) -> dict[str, object] | None:
@@ -422,10 +423,18 @@ class GraphIndex:
         if key not in self.chunks_of:
             return None
         neigh = sorted(self.edges[key].items(), key=lambda x: (-x[1], x[0]))[:limit]
+        rels: dict[str, list[str]] = {}  # LLM relations to each neighbour, either direction
+        for c in self.chunks_of[key]:
+            for h, r, t in self.triples.get(c, ()):
+                other = t if h == key else h if t == key else None
+                if other is not None and r not in rels.setdefault(other, []):
+                    rels[other].append(r)
         comm = self.community.get(key)
         return {"key": key, "name": self.name(key), "hub": key in self.hubs, "chunks": sorted(self.chunks_of[key]),
                 "community": comm, "community_size": sum(1 for v in self.community.values() if v == comm) if comm else 0,
-                "neighbours": [{"key": o, "name": self.name(o), "weight": w} for o, w in neigh]}
+                "neighbours": [{"key": o, "name": self.name(o), "weight": w, "relations": rels.get(o, [])}
+                               for o, w in neigh],
+                "summary": self.summaries[comm].text if comm in self.summaries else None}
 
     def signature(self) -> tuple:
         """Entities, weighted edges and community membership (labels are the smallest member key,

@@ -1,0 +1,109 @@
+"""LLM triple extraction for the entity graph with the packaged SmolLM2 (real engine, 3 tiny docs).
+
+Catches: replies that are not the constrained format (the schema not applied, or the engine
+call not batched), a bad reply aborting the ingest instead of being skipped and counted, triples
+that never become relations (edges) of the graph, and summaries that outlive their documents."""
+
+from __future__ import annotations
+
+import pytest
+
+from indexing.store import DocumentStore
+from rag.graph_llm import EngineGraphLLM
+from retrieval.config import GraphConfig
+from retrieval.retriever import Retriever
+from retrieval.triples import parse_triples
+from tests.retrieval.conftest import make_doc
+
+DOCS = [
+    ("curie", "Marie Curie", "Marie Curie was born in Warsaw. She worked at the University of Paris with Pierre Curie."),
+    ("sorbonne", "University of Paris", "The University of Paris, known as the Sorbonne, is in Paris, France."),
+    ("warsaw", "Warsaw", "Warsaw is the capital of Poland. Marie Curie was born there."),
+]
+LLM_CFG = {"mode": "bm25", "graph": {"enabled": True, "extractor": "llm", "entity_embeddings": False}}
+
+
+def _store(tmp_path, docs=DOCS) -> DocumentStore:
+    store = DocumentStore(tmp_path / "s.sqlite")
+    for doc_id, title, text in docs:
+        store.upsert(*make_doc(doc_id, text, title=title))
+    return store
+
+
+class OneBadReply(EngineGraphLLM):
+    """The real engine's replies, with the first one replaced by what an unconstrained model
+    might say: the graph must skip it and count it."""
+
+    def triples(self, chunks):
+        out = super().triples(chunks)
+        out[0] = "Sure! Here are the triples: Marie Curie | born in | Warsaw"
+        return out
+
+
+def test_parser_accepts_the_format_and_rejects_garbage():
+    """Catches: a parser that takes free text as triples (or crashes on it), and one that keeps
+    numbers or self-loops as entities."""
+    ok = parse_triples('{"triples": [{"head": "Marie Curie", "relation": "Born In", "tail": "Warsaw"}, '
+                       '{"head": "1867", "relation": "year", "tail": "Warsaw"}, '
+                       '{"head": "Paris", "relation": "is", "tail": "paris"}]}')
+    assert ok == [("Marie Curie", "born in", "Warsaw")]
+    assert parse_triples('{"triples": []}') == []
+    for bad in ("Marie Curie | born in | Warsaw", '{"triples": [{"head": "x"', '{"facts": []}', "", '["a"]'):
+        assert parse_triples(bad) is None
+
+
+def test_smollm2_triples_batched_parsed_and_become_relations(pipeline, tmp_path):
+    gen = pipeline.generator
+    cfg = GraphConfig.model_validate(LLM_CFG["graph"])
+    llm = EngineGraphLLM(lambda: gen, cfg)
+    replies = llm.triples([(title, text) for _, title, text in DOCS])
+    assert len(replies) == 3 and llm.calls == 1  # one batched engine call
+    assert all(parse_triples(r) is not None for r in replies), replies  # constrained: always valid output
+
+    store = _store(tmp_path)
+    r = Retriever.from_config(LLM_CFG, store, tmp_path / "idx", graph_llm=OneBadReply(lambda: gen, cfg))
+    stats = r.sync()["default"]
+    assert stats["graph_skipped_replies"] == 1  # the bad reply: skipped and counted, the ingest went on
+    g = r.index("default").graph
+    assert g.skipped_replies == 1 and g.stats()["skipped_replies"] == 1
+    first = next(c.int_id for c in store.iter_chunks(doc_id="curie"))
+    assert first not in g.triples and "marie curie" in g.mentions[first]  # it keeps its title entity
+    triples = [t for ts in g.triples.values() for t in ts]
+    assert triples, "SmolLM2 extracted no triple from the two good replies"
+    for h, rel, t in triples:
+        assert g.edges[h][t] >= 1 and g.edges[t][h] >= 1  # each triple is a relation of the graph
+        assert any(n["key"] == t and rel in n["relations"] for n in g.show(h)["neighbours"])
+    # stored: a fresh process gets the same triples and the skip count back
+    again = Retriever.from_config(LLM_CFG, store, tmp_path / "idx").index("default").graph
+    assert again.triples == g.triples and again.skipped_replies == 1
+
+
+@pytest.mark.parametrize("extractor", ["cooccurrence"])
+def test_community_summaries_by_the_engine_and_dropped_with_their_documents(pipeline, tmp_path, extractor):
+    """Catches: summaries not written (or not stored), the global mode not returning them with
+    their member chunks, and a summary left behind after the documents of its community are
+    deleted (a stale summary the global mode would still serve)."""
+    gen = pipeline.generator
+    docs = [(f"p{i}", f"Project Nimbus {i}", f"Project Nimbus {i} was run by Alma Reyes with Boris Kaan at "
+             f"Kestrel Labs and Orion Forge.") for i in range(3)] + [
+        ("solo", "Lone Page", "Quintus Vale met Petra Lind in Galdor City.")]
+    store = _store(tmp_path, docs)
+    cfg = {"mode": "bm25", "graph": {"enabled": True, "extractor": extractor, "entity_embeddings": False,
+                                     "summaries": True, "summary_min_size": 3}}
+    gcfg = GraphConfig.model_validate(cfg["graph"])
+    r = Retriever.from_config(cfg, store, tmp_path / "idx", graph_llm=EngineGraphLLM(lambda: gen, gcfg))
+    r.sync()
+    g = r.index("default").graph
+    assert g.summaries and all(s.text for s in g.summaries.values())
+    assert {s.label for s in store.graph_load("default").summaries} == set(g.summaries)
+    top = g.global_search("What are the main themes?", 2)
+    assert top and top[0]["summary"] and top[0]["chunks"]
+    nimbus = next(s for s in top if "alma reyes" in {k for k in g.members()[s["community"]]})
+    docs_of = {c.int_id: c.doc_id for c in store.iter_chunks()}
+    assert {docs_of[c] for c in nimbus["chunks"]} <= {"p0", "p1", "p2"}
+    for d in ("p0", "p1", "p2"):
+        store.delete(d)
+    r.sync()
+    g2 = r.index("default").graph
+    assert nimbus["community"] not in g2.summaries
+    assert not any(s.label == nimbus["community"] for s in store.graph_load("default").summaries)
