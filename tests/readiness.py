@@ -82,13 +82,23 @@ def stop_later(proc, sig: int, grace: float = 60.0) -> None:
     _REAP.append((proc, grace))
 
 
-def reap_all() -> None:
+def stop(proc, sig: int, grace: float = 60.0) -> None:
+    """Signal `proc` and give it `grace` seconds to stop by itself; then kill it. By its PID."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    _wait_or_kill(proc, grace)
+
+
+def _wait_or_kill(proc, grace: float) -> None:
     import subprocess
 
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def reap_all() -> None:
     while _REAP:
-        proc, grace = _REAP.pop()
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        _wait_or_kill(*_REAP.pop())

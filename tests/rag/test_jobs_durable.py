@@ -21,7 +21,7 @@ import httpx
 from rag.server.job_store import Job, SqliteJobStore
 from rag.server.jobs import JobRunner
 from tests.rag.conftest import _free_port
-from tests.readiness import process_alive, wait_http
+from tests.readiness import process_alive, stop, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,8 +133,4 @@ def test_sigkill_with_queued_uploads_loses_nothing(tmp_path):
         uploads = storage / "uploads"
         assert not uploads.exists() or not any(uploads.iterdir())  # no orphaned upload
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, signal.SIGTERM, grace=30)

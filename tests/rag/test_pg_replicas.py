@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from indexing.pg_local import free_port
-from tests.readiness import process_alive, wait_for, wait_http
+from tests.readiness import process_alive, stop, wait_for, wait_http
 
 
 @pytest.mark.slow
@@ -70,10 +70,5 @@ def test_two_replicas_share_the_database(pg_dsn, corpus_dir, tmp_path):
         with ThreadPoolExecutor(4) as ex:
             assert all(ids == ["quokka"] for ids in ex.map(ask, range(12)))
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop(proc, signal.SIGINT, grace=60)
         log.close()
