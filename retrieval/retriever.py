@@ -210,6 +210,25 @@ class Retriever:
             out.append(res)
         return out
 
+    def global_search(self, query: str, k: int | None = None, collection: str | None = None,
+                      chunks_per: int = 3) -> list[dict[str, Any]]:
+        """Global mode, for corpus-level questions ("What are the main themes?"): the top community
+        summaries of the entity graph (`retrieval.graph.summaries`) with their member chunks.
+        Raises IndexMismatchError when the collection has no graph or summaries are off."""
+        name = collection or self.cfg.default_collection
+        graph = self.index(name).graph if self.cfg.graph_built() else None
+        if graph is None or not self.cfg.graph.summaries:
+            raise IndexMismatchError(
+                f"mode global reads the community summaries of the entity graph, which collection {name!r} does "
+                "not have: set retrieval.graph.enabled: true and retrieval.graph.summaries: true (e.g. --config "
+                f"configs/graph.yaml --set retrieval.graph.summaries=true) and run `rag reindex --collection {name}`")
+        emb = self.embedder_for(name) if graph.vectors else None
+        out = graph.global_search(query, k or self.cfg.k, chunks_per, embed=emb)
+        for item in out:
+            item["chunks"] = [{"chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title, "source": c.source,
+                               "text": c.text} for c in self.read_store.get_chunks_by_int(item["chunks"], name)]
+        return out
+
     def _needs_routing_embedding(self, collection: Any) -> bool:
         return collection is None and len(self.cfg.collections) > 1 and "embedding" in self.cfg.router.method
 

@@ -14,10 +14,11 @@ from ._progress import index_progress
 
 
 def register(sub) -> None:
-    p = command(sub, "search", "search the index (bm25, dense or hybrid)", run)
+    p = command(sub, "search", "search the index (bm25, dense, hybrid, graph; global: community summaries)", run)
     p.add_argument("query")
     p.add_argument("--k", type=int, default=10)
-    p.add_argument("--mode", choices=("bm25", "dense", "hybrid", "graph"))
+    p.add_argument("--mode", choices=("bm25", "dense", "hybrid", "graph", "global"),
+                   help="global: the entity graph's community summaries with their chunks (retrieval.graph.summaries)")
     p.add_argument("--filter", dest="filters", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata filter (repeatable): key=value, key=a|b, key>=x, key<=y, source^=prefix")
     p.add_argument("--collection")
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
             with index_progress(f"indexing {name}") as bar:
                 retriever.sync(name, on_progress=bar)
         try:
+            if args.mode == "global":
+                return _print_global(retriever.global_search(args.query, args.k, args.collection), args)
             result = retriever.search(args.query, k=args.k, mode=args.mode, filters=filters,
                                       collection=args.collection)
         except IndexMismatchError as e:  # e.g. --mode graph on a collection indexed without the graph
@@ -62,4 +65,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"    {text[: args.width]}{'…' if len(text) > args.width else ''}")
     t = " ".join(f"{k}={v:.1f}ms" for k, v in result.timings_ms.items())
     print(f"{len(result.candidates)} result(s)  {t}")
+    return 0
+
+
+def _print_global(communities: list[dict], args: argparse.Namespace) -> int:
+    if args.json:
+        print_json({"mode": "global", "communities": communities})
+        return 0
+    if not communities:
+        print("no community summaries yet (a corpus too small for communities of retrieval.graph.summary_min_size)",
+              file=sys.stderr)
+    for i, c in enumerate(communities, 1):
+        print(f"{i:>2}. {c['name']} ({c['size']} entities): {c['summary']}")
+        for ch in c["chunks"]:
+            text = " ".join(ch["text"].split())
+            print(f"    - {ch['title'] or ch['source']}: {text[: args.width]}{'…' if len(text) > args.width else ''}")
     return 0

@@ -101,12 +101,19 @@ async def search(req: SearchRequest, request: Request):
     check_question(st, req.query, "query")
     filters = parse_filters(req.filters)
     check_collection(pipe, req.collection)
+    if req.mode == "global":
+        return {"mode": "global", "communities": await asyncio.to_thread(_global, pipe, req)}
     res = await asyncio.to_thread(_search, pipe, req, filters)
     observe_stages(st, res.timings_ms)
     out = res.to_dict()
     for r, c in zip(out["results"], res.candidates):
         r["ranks"], r["scores"] = dict(c.ranks), {k: float(v) for k, v in c.scores.items()}
     return out
+
+
+def _global(pipe, req: SearchRequest) -> list[dict]:
+    with pipe.lock:
+        return pipe.retriever.global_search(req.query, req.top_k, req.collection)
 
 
 def _search(pipe, req: SearchRequest, filters):

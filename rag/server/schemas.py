@@ -40,7 +40,8 @@ class SearchRequest(BaseModel):
     filters: Filters = None
     collection: str | None = Field(None, pattern=COLLECTION_PATTERN)
     top_k: int | None = Field(None, ge=1, le=1000)
-    mode: Literal["bm25", "dense", "hybrid", "graph"] | None = None
+    # global: the entity graph's community summaries with their member chunks (retrieval.graph.summaries)
+    mode: Literal["bm25", "dense", "hybrid", "graph", "global"] | None = None
 
 
 class DocumentIn(BaseModel):

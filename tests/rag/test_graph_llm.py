@@ -107,3 +107,41 @@ def test_community_summaries_by_the_engine_and_dropped_with_their_documents(pipe
     g2 = r.index("default").graph
     assert nimbus["community"] not in g2.summaries
     assert not any(s.label == nimbus["community"] for s in store.graph_load("default").summaries)
+
+
+def test_global_mode_cli_and_api(tmp_path, capsys, server):
+    """Catches: `rag search --mode global` missing or not returning the summaries `rag index`
+    wrote with the engine (with their member chunks), a deleted document's community still served,
+    and `/v1/search` rejecting mode global or answering it with a 500 when summaries are off."""
+    import json
+
+    import httpx
+
+    from rag.cli import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(3):
+        (docs / f"nimbus{i}.md").write_text(f"# Project Nimbus {i}\n\nProject Nimbus {i} was run by Alma Reyes with "
+                                            "Boris Kaan at Kestrel Labs and Orion Forge.\n", encoding="utf-8")
+    common = ["--set", f"storage.path={tmp_path / 'rag'}", "--set", "retrieval.mode=bm25",
+              "--set", "retrieval.graph.enabled=true", "--set", "retrieval.graph.summaries=true",
+              "--set", "retrieval.graph.entity_embeddings=false", "--set", "generator.engine.model=smollm2",
+              "--set", "generator.engine.max_model_len=1024", "--set", "generator.engine.dtype=float32",
+              "--set", "generator.engine.quantization=none", "--set", "generator.engine.kv_cache_memory=0.5"]
+    assert main(["index", str(docs), "--no-progress", *common]) == 0
+    capsys.readouterr()
+    assert main(["search", "What are the main themes?", "--mode", "global", "--json", *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "global" and out["communities"]
+    top = out["communities"][0]
+    assert top["summary"] and top["chunks"] and all(c["title"].startswith("Project Nimbus") for c in top["chunks"])
+    for i in range(3):
+        assert main(["docs", "delete", str(docs / f"nimbus{i}.md"), "--source", *common]) == 0
+    capsys.readouterr()
+    assert main(["search", "What are the main themes?", "--mode", "global", "--json", *common]) == 0
+    assert json.loads(capsys.readouterr().out)["communities"] == []  # its summary went with its documents
+
+    base, _ = server  # the session server's config has no summaries: a 409 naming the fix
+    r = httpx.post(base + "/v1/search", json={"query": "What are the main themes?", "mode": "global"}, timeout=60)
+    assert r.status_code == 409 and "retrieval.graph.summaries" in r.text
