@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from indexing.store import DocumentStore
+from indexing.store_protocol import DocumentStoreProtocol
 from inference.protocols import StreamingGenerator
 from retrieval.fusion import fuse_searches
 from retrieval.types import SearchResult
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-ba
 
 
 class Pipeline:
-    def __init__(self, cfg: RagConfig, store: DocumentStore | None = None,
+    def __init__(self, cfg: RagConfig, store: DocumentStoreProtocol | None = None,
                  generator: StreamingGenerator | None = None, retriever: Retriever | None = None,
                  policies: Policies | None = None):
         self.cfg = cfg
