@@ -165,3 +165,25 @@ def test_entity_linking_by_embedding_finds_a_respelled_name(tmp_path, doc_factor
     off = Retriever.from_config({"mode": "bm25", "graph": {"enabled": True, "entity_embeddings": False}}, store,
                                 tmp_path / "idx-off", embedder=embedder)
     assert off.index("default").graph.search(q, 3, embed=embedder) == []
+
+
+def test_postgres_backend_searches_the_graph_it_stores(pg_dsn, doc_factory, tmp_path):
+    """Catches: the Postgres backend refusing or ignoring the graph (the bridge page only the
+    graph reaches missing from its fused results), filters not applied to graph candidates, and
+    a second replica serving a graph it never loaded from the tables."""
+    from indexing.pg_store import PgDocumentStore
+    from retrieval.pg_retriever import PgRetriever
+
+    cfg = {"mode": "bm25", "graph": {"enabled": True, "entity_embeddings": False}}
+    with PgDocumentStore(pg_dsn) as store:
+        for doc_id, title, text in BRIDGE:
+            store.upsert(*doc_factory(doc_id, text, title=title))
+        r = PgRetriever.from_config(cfg, store, tmp_path / "idx")
+        r.sync()
+        fused = r.search(QUESTION, k=5).candidates
+        bridge = [c for c in fused if c.chunk.doc_id == "ken_hughes"]
+        assert bridge and "graph" in bridge[0].ranks and "bm25" not in bridge[0].ranks
+        only = r.search(QUESTION, k=5, filters=["source^=docs/heat"]).candidates
+        assert only and {c.chunk.doc_id for c in only} == {"heat_wave"}
+        replica = PgRetriever.from_config(cfg, store, tmp_path / "idx2")  # loads the graph from the tables
+        assert replica.index("default").graph.signature() == r.index("default").graph.signature()
