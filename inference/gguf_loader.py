@@ -169,6 +169,8 @@ def load_gguf_model(gguf_path: str | Path, hf_config, backend: Backend = "kernel
                       f"support ({'; '.join(src.fallbacks[:4])}{' ...' if len(src.fallbacks) > 4 else ''}); "
                       "those tensors only are dequantised to float32, the rest stay in their GGUF blocks",
                       RuntimeWarning, stacklevel=2)
+    if backend == "kernels":
+        model.enable_fused_ops()
     return model.eval()
 
 

@@ -175,3 +175,43 @@ def dequantize(w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:
 def dequantize_rows(w: torch.Tensor, qtype: int, k: int, rows: torch.Tensor) -> torch.Tensor:
     """Rows `rows` as float32 [R, K]: an embedding lookup that keeps token_embd quantised."""
     return _op("dequantize_rows")(w, qtype, k, rows)
+
+
+# ---- fused projection and decoder-layer elementwise ops (csrc/fused.cpp) --------------------
+# Used by the GGUF-block model on CPU (see inference/models/llama.py `enable_fused_ops`): each
+# replaces several torch ops whose dispatch cost dominated small-model decode.
+
+
+def quant_linear(x: torch.Tensor, ws: list[torch.Tensor], qtypes: list[int], k: int,
+                 bias: torch.Tensor | None) -> torch.Tensor:
+    """x [M, K] against several weight groups side by side (a fused qkv / gate-up projection):
+    float32 [M, sum N_g], activations quantised once per kind, bias added in place."""
+    return _op("quant_linear")(x, ws, qtypes, k, bias)
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of float32 rows [T, H] (summation order differs from torch in the last bits)."""
+    return _op("rms_norm")(x, w, eps)
+
+
+def add_rms_norm_(h: torch.Tensor, delta: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """h += delta in place (the residual stream), returns RMSNorm(h)."""
+    return _op("add_rms_norm_")(h, delta, w, eps)
+
+
+def rope_qk_(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+             heads: int, head_dim: int) -> None:
+    """Rotate the first `heads` heads (q then k) of each row of qkv in place (bit-identical to
+    `RotaryEmbedding.forward`)."""
+    _op("rope_qk_")(qkv, positions, cos, sin, heads, head_dim)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gate_up [T, 2I] -> [T, I]."""
+    return _op("silu_mul")(gate_up)
+
+
+def set_prefetch(distance_bytes: int, hint: int = 3) -> int:
+    """Software-prefetch distance of the row kernels (0 = off); returns the previous one."""
+    _require()
+    return int(torch.ops.ragk.set_prefetch(int(distance_bytes), int(hint)))

@@ -192,6 +192,10 @@ class GGUFLinear(nn.Module):
             raise RuntimeError(f"GGUF kernels unavailable: {kernel_error()}")
         self.backend: Backend = backend
         self.offsets = np.cumsum([0] + [g.n for g in self.groups]).tolist()
+        # every group in blocks: one `quant_linear` call does all groups and the bias
+        self._fast = backend == "kernels" and all(g.qtype != F32 for g in self.groups)
+        self._ws = [g.rows for g in self.groups]
+        self._types = [g.qtype for g in self.groups]
 
     def _group_matmul(self, x: torch.Tensor, g: RowGroup) -> torch.Tensor:
         if g.qtype == F32 or self.backend == "torch":
@@ -201,6 +205,9 @@ class GGUFLinear(nn.Module):
         return kernel_ops().quant_matmul(x, g.rows, g.qtype, g.k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (self._fast and x.dim() == 2 and x.dtype == torch.float32
+                and not (x.shape[0] >= DENSE_MIN_ROWS and _amx_bf16())):
+            return kernel_ops().quant_linear(x, self._ws, self._types, self.in_features, self.bias)
         shape = x.shape
         xf = x.reshape(-1, self.in_features).float().contiguous()
         outs = [self._group_matmul(xf, g) for g in self.groups]

@@ -3,6 +3,11 @@
 Variants differ only in small switches read from the HF config: Qwen2 has biases on q/k/v,
 Qwen3 normalises q and k per head before RoPE. Q/K/V and gate/up are fused into single matmuls
 (fewer kernel launches and Python hops per layer, which dominate small-model decode on CPU).
+
+`enable_fused_ops()` (the GGUF-block loader calls it) swaps the elementwise torch ops of each
+layer for the native kernels' fused ones (RMSNorm with the residual add, in-place RoPE on the
+qkv rows, SiLU-and-multiply): ~60 small torch ops per layer become ~10 calls. Float32 HF weights
+keep the torch ops, which match transformers bit for bit.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ from inference.layers.attention import paged_attention
 from inference.layers.metadata import AttentionMetadata
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import RotaryEmbedding
+
+
+def _ops():
+    from inference.kernels import ops
+
+    return ops
 
 
 class Attention(nn.Module):
@@ -35,9 +46,18 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.rotary = rotary
         self.kv_cache = None  # set by the runner: LayerKVCache
+        self.fused = False  # native fused ops (enable_fused_ops)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         t = x.shape[0]
+        if self.fused and not self.qk_norm and x.dtype == torch.float32:
+            qkv = self.qkv_proj(x)
+            _ops().rope_qk_(qkv, positions, self.rotary.cos, self.rotary.sin, self.num_heads + self.num_kv_heads,
+                            self.head_dim)
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            o = paged_attention(q.view(t, self.num_heads, self.head_dim), k.view(t, self.num_kv_heads, self.head_dim),
+                                v.view(t, self.num_kv_heads, self.head_dim), self.kv_cache, meta)
+            return self.o_proj(o.reshape(t, self.q_size))
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
@@ -55,8 +75,11 @@ class MLP(nn.Module):
         self.inter = cfg.intermediate_size
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused and x.dtype == torch.float32:
+            return self.down_proj(_ops().silu_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -104,11 +127,43 @@ class LlamaForCausalLM(nn.Module):
         """Final normed hidden states; `capture` (layer k -> None) is filled with the residual
         stream after decoder layer k (1-based), for probes."""
         h = self.embed_tokens(input_ids)
+        if self.fused and h.dtype == torch.float32:
+            return self._fused_forward(h, positions, meta, capture)
         for i, layer in enumerate(self.layers, 1):
             h = layer(h, positions, meta)
             if capture is not None and i in capture:
                 capture[i] = h
         return self.norm(h)
+
+    fused = False
+
+    def enable_fused_ops(self) -> None:
+        """Run the layers with the native fused ops (CPU, float32 activations; see the module
+        docstring). A no-op where the kernels are not available."""
+        if not _ops().available():
+            return
+        self.fused = True
+        for layer in self.layers:
+            layer.self_attn.fused = True
+            layer.mlp.fused = True
+
+    def _fused_forward(self, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                       capture: dict[int, torch.Tensor] | None) -> torch.Tensor:
+        """Same layers as `forward`; each residual add is fused with the next norm (the residual
+        stream `h` is updated in place, so captured states are copies)."""
+        ops = _ops()
+        h = h.contiguous()
+        first = self.layers[0].input_layernorm
+        x = ops.rms_norm(h, first.weight, first.eps)
+        n = len(self.layers)
+        for i, layer in enumerate(self.layers, 1):
+            post = layer.post_attention_layernorm
+            x = ops.add_rms_norm_(h, layer.self_attn(x, positions, meta), post.weight, post.eps)
+            nxt = self.layers[i].input_layernorm if i < n else self.norm
+            x = ops.add_rms_norm_(h, layer.mlp(x), nxt.weight, nxt.eps)
+            if capture is not None and i in capture:
+                capture[i] = h.clone()
+        return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tied:

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -21,6 +22,16 @@ constexpr int64_t kMTile = 32; // activation rows that share one weight row whil
 // From this many activation rows the panel GEMM (x86_gemm.inc) replaces the row kernels; below it
 // packing 8 weight rows costs more than it saves. RAG_GEMM_MIN_ROWS overrides (0 = never), and
 // set_gemm_min_rows lets tests force either path.
+// Software prefetch distance (bytes ahead of the weight row being read) for the row kernels.
+std::atomic<int64_t> g_prefetch{[] {
+  const char* env = std::getenv("RAG_PREFETCH");
+  return env ? int64_t(std::atoll(env)) : int64_t(4096);
+}()};
+std::atomic<int64_t> g_prefetch_hint{[] {
+  const char* env = std::getenv("RAG_PREFETCH_HINT");
+  return env ? int64_t(std::atoll(env)) : int64_t(3);
+}()};
+
 std::atomic<int64_t> g_gemm_min_rows{[] {
   const char* env = std::getenv("RAG_GEMM_MIN_ROWS");
   return env ? int64_t(std::atoll(env)) : int64_t(16);
@@ -60,40 +71,37 @@ std::vector<int64_t> check_rows(const at::Tensor& rows, int64_t n) {
   return out;
 }
 
-at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtype, int64_t k,
-                       const int64_t* rows, int64_t n_out) {
-  const IsaTable& tb = active_table();
-  check_weight(w, qtype, k);
-  TORCH_CHECK_VALUE(x_in.device().is_cpu(), "ragk: activations must be on the CPU");
-  TORCH_CHECK_VALUE(x_in.dim() == 2 && x_in.size(1) == k, "ragk: x must be [M, K=", k, "], got ",
-                    x_in.sizes());
-  at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t m = x.size(0);
-  at::Tensor out = at::empty({m, n_out}, x.options());
-  if (m == 0 || n_out == 0) return out;
+// Activations quantised once per call and per activation kind (a fused projection whose groups
+// mix 32- and 256-element formats quantises twice, one of each).
+struct XCache {
+  at::Tensor buf[3];
+  const uint8_t* ptr[3] = {nullptr, nullptr, nullptr};
+};
 
-  const int t = int(qtype);
+const uint8_t* quantised_x(const IsaTable& tb, const at::Tensor& x, int t, int64_t k, XCache& cache) {
   const XKind kind = x_kind(t);
+  if (kind == X_FLOAT) return reinterpret_cast<const uint8_t*>(x.data_ptr<float>());
+  if (cache.ptr[kind] != nullptr) return cache.ptr[kind];
+  const int64_t m = x.size(0);
   const size_t xrb = x_row_bytes(t, k);
-  at::Tensor xq_t;
-  const uint8_t* xq;
-  if (kind == X_FLOAT) {
-    xq = reinterpret_cast<const uint8_t*>(x.data_ptr<float>());
-  } else {
-    xq_t = at::empty({m, int64_t(xrb)}, x.options().dtype(at::kByte));
-    uint8_t* dst = xq_t.data_ptr<uint8_t>();
-    const float* src = x.data_ptr<float>();
-    const QuantFn qf = kind == X_Q32 ? tb.quant32 : tb.quant256;
-    at::parallel_for(0, m, std::max<int64_t>(1, (1 << 15) / k), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) qf(src + i * k, dst + i * xrb, k);
-    });
-    xq = dst;
-  }
+  cache.buf[kind] = at::empty({m, int64_t(xrb)}, x.options().dtype(at::kByte));
+  uint8_t* dst = cache.buf[kind].data_ptr<uint8_t>();
+  const float* src = x.data_ptr<float>();
+  const QuantFn qf = kind == X_Q32 ? tb.quant32 : tb.quant256;
+  at::parallel_for(0, m, std::max<int64_t>(1, (1 << 15) / k), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) qf(src + i * k, dst + i * xrb, k);
+  });
+  cache.ptr[kind] = dst;
+  return dst;
+}
+
+// Output columns [0, n_out) of weight rows (rows[j] or j) for all m activation rows, written to
+// o[i * ldo + j]: the panel GEMM from g_gemm_min_rows rows, otherwise the row kernels.
+void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, int64_t rb, const int64_t* rows,
+                      int64_t n_out, const uint8_t* xq, int64_t m, float* o, int64_t ldo) {
+  const size_t xrb = x_row_bytes(t, k);
   const DotFn dot = tb.dot[t];
   const DotMFn dotm = tb.dotm[t];
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  const int64_t rb = w.size(1);
-  float* o = out.data_ptr<float>();
   const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
   const GemmFn gemm = tb.gemm[t];
   if (gemm != nullptr && gmin > 0 && m >= gmin) {
@@ -102,31 +110,98 @@ at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtyp
     const int64_t groups = (n_out + 15) / 16;
     const int64_t pgrain = std::max<int64_t>(1, (int64_t(1) << 20) / (16 * k * m));
     at::parallel_for(0, groups, pgrain, [&](int64_t b, int64_t e) {
-      gemm(k, wp, rb, rows, b * 16, std::min(n_out, e * 16), xq, xrb, m, o, n_out);
+      gemm(k, wp, rb, rows, b * 16, std::min(n_out, e * 16), xq, xrb, m, o, ldo);
     });
-    return out;
+    return;
   }
   // ~1M multiply-adds (tens of microseconds) per task: smaller shapes stay on the calling thread,
   // where waking a second OpenMP thread would cost more than it saves (much more on busy cores).
   const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 20) / (k * std::min<int64_t>(m, kMTile)));
+  // Weights are read once per call (decode streams the whole model from DRAM every token): a
+  // software prefetch a few KB ahead of the row being read keeps the loads from stalling.
+  const int64_t pfd = rows ? 0 : g_prefetch.load(std::memory_order_relaxed);
+  const int64_t hint = g_prefetch_hint.load(std::memory_order_relaxed);
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
       const int64_t m1 = std::min(m, m0 + kMTile);
       for (int64_t j = b; j < e; ++j) {
         const uint8_t* wr = wp + (rows ? rows[j] : j) * rb;
+        if (pfd > 0 && m0 == 0) {
+          const uint8_t* pf = wr + pfd;
+          if (hint == 0) for (int64_t off = 0; off < rb; off += 64) __builtin_prefetch(pf + off, 0, 0);
+          else for (int64_t off = 0; off < rb; off += 64) __builtin_prefetch(pf + off, 0, 3);
+        }
         for (int64_t i = m0; i < m1;) {
           const int64_t mr = std::min<int64_t>(4, m1 - i);
           if (mr == 1 || dotm == nullptr) {
-            o[i * n_out + j] = dot(k, wr, xq + i * xrb);
+            o[i * ldo + j] = dot(k, wr, xq + i * xrb);
             ++i;
           } else {
-            dotm(k, wr, xq + i * xrb, xrb, int(mr), o + i * n_out + j, n_out);
+            dotm(k, wr, xq + i * xrb, xrb, int(mr), o + i * ldo + j, ldo);
             i += mr;
           }
         }
       }
     }
   });
+}
+
+at::Tensor checked_x(const at::Tensor& x_in, int64_t k) {
+  TORCH_CHECK_VALUE(x_in.device().is_cpu(), "ragk: activations must be on the CPU");
+  TORCH_CHECK_VALUE(x_in.dim() == 2 && x_in.size(1) == k, "ragk: x must be [M, K=", k, "], got ",
+                    x_in.sizes());
+  return x_in.to(at::kFloat).contiguous();
+}
+
+at::Tensor matmul_impl(const at::Tensor& x_in, const at::Tensor& w, int64_t qtype, int64_t k,
+                       const int64_t* rows, int64_t n_out) {
+  const IsaTable& tb = active_table();
+  check_weight(w, qtype, k);
+  at::Tensor x = checked_x(x_in, k);
+  const int64_t m = x.size(0);
+  at::Tensor out = at::empty({m, n_out}, x.options());
+  if (m == 0 || n_out == 0) return out;
+  XCache cache;
+  const uint8_t* xq = quantised_x(tb, x, int(qtype), k, cache);
+  matmul_rows_into(tb, int(qtype), k, w.data_ptr<uint8_t>(), w.size(1), rows, n_out, xq, m,
+                   out.data_ptr<float>(), n_out);
+  return out;
+}
+
+// A fused projection (qkv, gate/up): several weight groups (each its own GGML type) side by side
+// in one output, the activations quantised once per kind, the bias added in place. One call
+// instead of a matmul per group + cat + add: decode spends more time in those Python hops than in
+// the small projections themselves.
+at::Tensor quant_linear(const at::Tensor& x_in, at::TensorList ws, at::IntArrayRef qtypes, int64_t k,
+                        const std::optional<at::Tensor>& bias) {
+  const IsaTable& tb = active_table();
+  TORCH_CHECK_VALUE(ws.size() == qtypes.size() && !ws.empty(), "ragk: quant_linear needs one qtype per weight");
+  int64_t n_total = 0;
+  for (size_t g = 0; g < ws.size(); ++g) {
+    check_weight(ws[g], qtypes[g], k);
+    n_total += ws[g].size(0);
+  }
+  at::Tensor x = checked_x(x_in, k);
+  const int64_t m = x.size(0);
+  at::Tensor out = at::empty({m, n_total}, x.options());
+  if (m == 0) return out;
+  XCache cache;
+  float* o = out.data_ptr<float>();
+  int64_t col = 0;
+  for (size_t g = 0; g < ws.size(); ++g) {
+    const int t = int(qtypes[g]);
+    const uint8_t* xq = quantised_x(tb, x, t, k, cache);
+    matmul_rows_into(tb, t, k, ws[g].data_ptr<uint8_t>(), ws[g].size(1), nullptr, ws[g].size(0), xq, m, o + col,
+                     n_total);
+    col += ws[g].size(0);
+  }
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK_VALUE(bias->numel() == n_total, "ragk: bias has ", bias->numel(), " values, expected ", n_total);
+    at::Tensor b = bias->to(at::kFloat).contiguous();
+    const float* bp = b.data_ptr<float>();
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n_total; ++j) o[i * n_total + j] += bp[j];
+  }
   return out;
 }
 
@@ -178,6 +253,11 @@ int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(row
 
 int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
 
+int64_t set_prefetch_op(int64_t bytes, int64_t hint) {
+  g_prefetch_hint.store(hint);
+  return g_prefetch.exchange(bytes);
+}
+
 bool has_gemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
 }
@@ -189,6 +269,7 @@ TORCH_LIBRARY(ragk, m) {
   m.def("quant_matmul(Tensor x, Tensor w, int qtype, int k) -> Tensor", &ragk::quant_matmul);
   m.def("quant_matmul_rows(Tensor x, Tensor w, int qtype, int k, Tensor rows) -> Tensor",
         &ragk::quant_matmul_rows);
+  m.def("quant_linear(Tensor x, Tensor[] ws, int[] qtypes, int k, Tensor? bias) -> Tensor", &ragk::quant_linear);
   m.def("dequantize(Tensor w, int qtype, int k) -> Tensor", &ragk::dequantize);
   m.def("dequantize_rows(Tensor w, int qtype, int k, Tensor rows) -> Tensor", &ragk::dequantize_rows);
   m.def("isa() -> str", &ragk::isa_op);
@@ -198,4 +279,5 @@ TORCH_LIBRARY(ragk, m) {
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
   m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
+  m.def("set_prefetch(int bytes, int hint) -> int", &ragk::set_prefetch_op);
 }

@@ -1,0 +1,156 @@
+"""The native fused ops (inference/kernels/csrc/fused.cpp, `ops.quant_linear`) against the torch
+code they replace, and the GGUF-block model with them against the same model without them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoConfig
+
+from inference import SamplingParams
+from inference.catalog import catalog_gguf
+from inference.gguf_loader import load_gguf_model
+from inference.kernels import formats, ops
+from inference.layers.gguf_linear import GGUFLinear, RowGroup
+from inference.layers.norm import RMSNorm
+from inference.layers.rotary import RotaryEmbedding
+from tests.inference.test_quant_kernels import make_weights
+
+pytestmark = pytest.mark.skipif(not ops.available(), reason=f"native kernels unavailable: {ops.load_error()}")
+
+
+def _groups(k: int) -> list[RowGroup]:
+    """Three groups whose activations quantise three ways: 32-element (Q5_0, Q8_0), 256-element
+    (Q4_K) and float (F16), with odd row counts so column offsets are not multiples of 16."""
+    out = []
+    for i, (qtype, n) in enumerate([(formats.Q5_0, 37), (formats.Q4_K, 21), (formats.Q8_0, 19), (formats.F16, 5)]):
+        out.append(RowGroup(torch.from_numpy(make_weights(qtype, n, k, seed=i)), qtype, k))
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 3, 20])
+def test_quant_linear_equals_per_group_matmuls(m: int):
+    """Catches a fused projection writing a group at the wrong column offset or row stride, reusing
+    the activations quantised for another block kind (Q4_K fed XBlock32), or a bias added to the
+    wrong columns: equal, bit for bit, to one quant_matmul per group + cat + bias (m = 20 runs the
+    panel GEMM with its output stride wider than the group)."""
+    k = 512
+    gs = _groups(k)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+    bias = torch.randn(sum(g.n for g in gs), generator=torch.Generator().manual_seed(9))
+    ref = torch.cat([ops.quant_matmul(x, g.rows, g.qtype, k) for g in gs], dim=-1) + bias
+    got = ops.quant_linear(x, [g.rows for g in gs], [g.qtype for g in gs], k, bias)
+    assert got.shape == ref.shape
+    assert torch.equal(got, ref)
+    nob = ops.quant_linear(x, [g.rows for g in gs], [g.qtype for g in gs], k, None)
+    assert torch.equal(nob, ref - bias) or (nob - (ref - bias)).abs().max().item() < 1e-5
+
+
+def test_quant_linear_rejects_mismatched_arguments():
+    """Catches a call with a weight of the wrong row size or a short bias writing out of bounds."""
+    gs = _groups(256)
+    with pytest.raises(ValueError, match="row"):
+        ops.quant_linear(torch.randn(1, 512), [gs[0].rows], [gs[0].qtype], 512, None)
+    with pytest.raises(ValueError, match="bias"):
+        ops.quant_linear(torch.randn(1, 256), [gs[0].rows], [gs[0].qtype], 256, torch.zeros(3))
+
+
+def test_gguf_linear_fast_path_is_used_and_matches_groups():
+    """Catches the layer's one-call path diverging from its per-group path (the fallback for bf16
+    or 3-D inputs) on a fused layer with a bias."""
+    k = 512
+    gs = [g for g in _groups(k) if g.qtype != formats.F16]
+    bias = torch.randn(sum(g.n for g in gs))
+    layer = GGUFLinear(gs, bias)
+    assert layer._fast
+    x = torch.randn(2, k)
+    fast = layer(x)
+    slow = layer(x[None])[0]  # 3-D input: the per-group path
+    assert torch.allclose(fast, slow, atol=1e-5, rtol=0)
+
+
+def test_rms_norm_and_residual_add_match_torch():
+    """Catches a norm over the wrong axis, a missing eps, or a residual add that is not in place
+    (the next layer would read the stale stream)."""
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(5, 896, generator=g) * 3
+    delta = torch.randn(5, 896, generator=g)
+    norm = RMSNorm(896, 1e-6)
+    norm.weight.data = torch.rand(896, generator=g) + 0.5
+    ref = norm(h)
+    assert torch.allclose(ops.rms_norm(h, norm.weight, 1e-6), ref, rtol=1e-5, atol=1e-6)
+    h2 = h.clone()
+    out = ops.add_rms_norm_(h2, delta, norm.weight, 1e-6)
+    assert torch.equal(h2, h + delta)
+    assert torch.allclose(out, norm(h + delta), rtol=1e-5, atol=1e-6)
+
+
+def test_rope_in_place_is_bit_identical_and_leaves_v():
+    """Catches the rotation applied to V, a head offset off by one, the wrong half rotated, or a
+    position read from the wrong row: q and k equal `RotaryEmbedding.forward` exactly, v unchanged."""
+    cfg = AutoConfig.for_model("qwen2", rope_theta=1e6, max_position_embeddings=256)
+    rot = RotaryEmbedding(64, 256, cfg)
+    hq, hk, d, t = 7, 2, 64, 4
+    qkv = torch.randn(t, (hq + 2 * hk) * d, generator=torch.Generator().manual_seed(1))
+    pos = torch.tensor([0, 5, 77, 255])
+    q, k, v = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    rq, rk = rot(pos, q.reshape(t, hq, d), k.reshape(t, hk, d))
+    v0 = v.clone()
+    ops.rope_qk_(qkv, pos, rot.cos, rot.sin, hq + hk, d)
+    assert torch.equal(qkv[:, :hq * d].reshape(t, hq, d), rq)
+    assert torch.equal(qkv[:, hq * d:(hq + hk) * d].reshape(t, hk, d), rk)
+    assert torch.equal(qkv[:, (hq + hk) * d:], v0)
+    with pytest.raises(ValueError, match="position"):
+        ops.rope_qk_(qkv, torch.tensor([0, 1, 2, 256]), rot.cos, rot.sin, hq + hk, d)
+
+
+def test_silu_mul_matches_torch():
+    """Catches gate and up swapped (silu(up) * gate) or the halves split at the wrong column."""
+    gu = torch.randn(3, 2 * 300, generator=torch.Generator().manual_seed(2)) * 4
+    gate, up = gu.split(300, dim=-1)
+    assert torch.allclose(ops.silu_mul(gu), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
+
+
+def _set_fused(model, on: bool) -> None:
+    model.fused = on
+    for layer in model.layers:
+        layer.self_attn.fused = layer.mlp.fused = on
+
+
+def test_loader_turns_fused_ops_on(engine_factory):
+    """Catches the GGUF-block engine silently running the slow torch elementwise path."""
+    model = engine_factory(num_blocks=64, quantization="gguf").engine.model
+    assert model.fused and all(la.self_attn.fused and la.mlp.fused for la in model.layers)
+
+
+def test_fused_forward_equals_torch_ops(engine_factory, model_dir):
+    """Catches the fused forward skipping a residual add, normalising with the wrong layer's
+    weights (each add is fused with the *next* norm), rotating the wrong heads, or a probe capture
+    that aliases the in-place residual stream. Run on the torch-backend block model (F.linear on
+    dequantised rows, no 8-bit activations), so only float rounding separates the two: on the
+    kernels, a last-bit difference flips the 8-bit rounding of a few activations and log-probs
+    move by the quantisation noise itself (measured up to 0.12 nats), which would hide such bugs."""
+    llm = engine_factory(num_blocks=64)
+    model = load_gguf_model(catalog_gguf("smollm2"), AutoConfig.from_pretrained(str(model_dir)), backend="torch")
+    model.set_kv_caches(llm.engine.runner.caches)
+    saved = llm.engine.model
+    llm.engine.model = llm.engine.runner.model = model
+    try:
+        model.enable_fused_ops()
+        assert model.fused
+        ids = llm.tokenizer.encode("The lighthouse on the cape was first lit in 1874 and automated in 1961.")
+        sp = SamplingParams(temperature=0.0, max_tokens=1, hidden_state=True, hidden_state_layer=3)
+        got = {}
+        for on in (True, False):
+            _set_fused(model, on)
+            llm.clear_prefix_cache()
+            lps = torch.tensor(llm.prompt_logprobs([ids])[0][1:])
+            llm.clear_prefix_cache()
+            got[on] = (lps, llm.generate([ids], sp)[0].hidden_state)
+        assert (got[True][0] - got[False][0]).abs().max().item() < 1e-3
+        assert got[True][1] is not None
+        assert torch.allclose(got[True][1], got[False][1], rtol=1e-4, atol=1e-4)
+    finally:
+        llm.engine.model = llm.engine.runner.model = saved
+        saved.set_kv_caches(llm.engine.runner.caches)
