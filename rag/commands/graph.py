@@ -77,5 +77,8 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"  documents: {', '.join(info['documents'])}")
     print("  neighbours:")
     for n in info["neighbours"]:
-        print(f"    {n['weight']:>4}  {n['name']}")
+        rels = f"  ({'; '.join(n['relations'])})" if n.get("relations") else ""
+        print(f"    {n['weight']:>4}  {n['name']}{rels}")
+    if info.get("summary"):
+        print(f"  community summary: {info['summary']}")
     return 0
