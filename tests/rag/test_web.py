@@ -11,6 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -157,8 +158,29 @@ def test_page_upload_ask_click_a_citation_see_the_span(server, browser, tmp_path
     assert "64 moorings" in _js(browser, "return document.querySelector('#passage-text').textContent")
     assert _js(browser, "return document.querySelectorAll('#passage mark').length") == 0  # nothing was cited
 
-    _click(browser, "#doclist button.del")
-    wait_for(lambda: _documents(browser) == [], "the deleted document left the list", timeout=30)
+    # drag and drop: a file dropped on the box is uploaded like a chosen one
+    n = _js(browser, "return document.querySelectorAll('#uploads li.done').length")
+    _js(browser, "const dt = new DataTransfer(); dt.items.add(new File(['# Ferry\\n\\nThe Tavrin ferry leaves at "
+                 "9 every morning.\\n'], 'ferry.md', {type: 'text/markdown'})); document.querySelector('#drop')"
+                 ".dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}))")
+    wait_for(lambda: _js(browser, "return document.querySelectorAll('#uploads li.done').length") > n,
+             "the dropped file was indexed", timeout=60, interval=0.2)
+    wait_for(lambda: sorted(_documents(browser)) == ["ferry.md", "harbour.md"], "the list showed the dropped file",
+             timeout=30)
+
+    def delete(name: str) -> None:
+        for li in browser.find_elements(By.CSS_SELECTOR, "#doclist li"):
+            if li.find_element(By.CSS_SELECTOR, ".name").text == name:
+                li.find_element(By.CSS_SELECTOR, "button.del").click()
+                return
+        raise AssertionError(f"{name} is not listed")
+
+    delete("ferry.md")  # one click only arms the button
+    assert sorted(_documents(browser)) == ["ferry.md", "harbour.md"]
+    delete("ferry.md")
+    wait_for(lambda: _documents(browser) == ["harbour.md"], "the deleted document left the list", timeout=30)
+    hits = httpx.post(base + "/v1/search", json={"query": "Tavrin ferry", "collection": "webpage"}).json()["results"]
+    assert hits and not any("ferry" in h["text"] for h in hits)  # gone from the index too
 
 
 def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_path):
