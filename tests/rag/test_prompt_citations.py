@@ -115,3 +115,24 @@ def test_citation_span_whole_words_and_none_when_nothing_is_shared():
     assert _spans("They met near the harbour.", ps, [1], inferred=True) == ["We met yesterday near the harbour."]
     zh = [Passage(1, "a", "da", "台北是台灣的首都。人口約二百五十萬。", 1.0)]
     assert _spans("台北 [1]", zh, [1]) == ["台北"]  # CJK spans need no word boundary
+
+
+def test_a_decoded_refusal_keeps_the_passages_it_read_as_closest():
+    """Bug caught: a refusal returned with no passage to show beside it (the page's "closest
+    passages"), or an answered question carrying closest passages as if it had been refused."""
+    import time
+
+    from rag.answer import Answer
+    from rag.answering.stream import _finish_long
+    from rag.config import RagConfig
+
+    cfg = RagConfig()
+    ps = [Passage(1, "a", "da", ZARNOVIA, 1.0)]
+    for text, refused in [(cfg.prompt.refusal, True), ("Velmora is the capital [1].", False)]:
+        markers = MarkerFilter({1})
+        markers.feed(text)
+        markers.flush()
+        out = _finish_long(cfg, Answer(question="q", text="", passages=list(ps)), markers, None, time.perf_counter())
+        assert out.refused is refused
+        assert out.closest_passages == (ps if refused else [])
+        assert [c.span is not None for c in out.citations] == ([] if refused else [True])
