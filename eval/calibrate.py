@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.datasets import QAItem, sample_ids
-from rag.answering.signals import MARGIN, MIN_LOGPROB, REFUSAL_FEATURES, SELECTOR_FEATURES
+from rag.answering.signals import MARGIN, MIN_LOGPROB, REFUSAL_FEATURES, SELECTOR_FEATURES, SPAN_TOKENS
 
 
 @dataclass
@@ -36,6 +36,7 @@ class Point:
     signals: dict[str, float] = field(default_factory=dict)  # every refusal signal of the answer
     # per-passage span candidates (`answer.per_passage`): {"signals", "f1", "span"} each
     candidates: list[dict] = field(default_factory=list)
+    domain: str = ""  # the calibration set it came from (leave-one-domain-out CV holds each out)
 
 
 def calibration_items(items: Sequence[QAItem], n: int, seed: int, exclude_limit: int,
@@ -171,5 +172,64 @@ def select_candidates(points: Sequence[Point], selector: dict | None) -> list[Po
             continue
         c = p.candidates[i]
         s = c["signals"]
-        out.append(Point(s[MARGIN], p.impossible, c["f1"], s.get(MIN_LOGPROB, 0.0), dict(s), p.candidates))
+        out.append(Point(s[MARGIN], p.impossible, c["f1"], s.get(MIN_LOGPROB, 0.0), dict(s), p.candidates,
+                         p.domain))
+    return out
+
+
+def fit_entry(points: Sequence[Point], max_false_refusal: float = 0.15,
+              refusal_features: Sequence[str] = REFUSAL_FEATURES,
+              selector_features: Sequence[str] | None = SELECTOR_FEATURES) -> dict:
+    """The span selector (None without candidates, or `selector_features` None) and the refusal model
+    fitted on the candidates the selector chooses: what `rag eval calibrate` stores, and what each
+    fold of `domain_cv` refits."""
+    selector = fit_span_selector(points, selector_features) if selector_features else None
+    fitted = fit_refusal_model(select_candidates(points, selector), max_false_refusal, refusal_features)
+    return {**fitted, "span_selector": selector}
+
+
+def decide(points: Sequence[Point], entry: dict) -> list[tuple[Point, bool]]:
+    """Each point as the pipeline would decide it with a fitted entry: the selector's candidate
+    (`select_candidates`), then the refusal model (`ShortAnswerPolicy.judge`, the pipeline's rule,
+    so a span the decoder did not give is a refusal and a missing feature falls back to giving it)."""
+    from rag.answering.policy import Candidate, ShortAnswerPolicy
+    from rag.calibration import CalibrationEntry, RefusalModel
+
+    policy = ShortAnswerPolicy(CalibrationEntry(refusal_model=RefusalModel.from_dict(entry["refusal_model"])))
+    out = []
+    for p in select_candidates(points, entry.get("span_selector")):
+        d = policy.judge(Candidate("span" if p.signals.get(SPAN_TOKENS, 1) else "", dict(p.signals),
+                                   refused=not p.signals.get(SPAN_TOKENS, 1)))
+        out.append((p, d.refused))
+    return out
+
+
+def transfer_scores(decided: Sequence[tuple[Point, bool]]) -> dict[str, float]:
+    """Refusal accuracy, false refusals, cited inventions (unanswerable questions answered: a short
+    answer that is not a refusal cites its passage) and F1 of decided points."""
+    pts = [p for p, _ in decided]
+    s = _score_refusals(pts, [r for _, r in decided])
+    imp = [r for p, r in decided if p.impossible]
+    return {**s, "cited_invention_rate": sum(not r for r in imp) / max(1, len(imp)), "n": float(len(pts)),
+            "n_unanswerable": float(len(imp))}
+
+
+def domain_cv(points: Sequence[Point], max_false_refusal: float = 0.15,
+              refusal_features: Sequence[str] = REFUSAL_FEATURES,
+              selector_features: Sequence[str] | None = SELECTOR_FEATURES) -> dict[str, dict[str, float]]:
+    """Leave-one-domain-out cross-validation: for each domain, the entry fitted on every other
+    domain's points decides that domain's questions. How well refusals transfer to a corpus the
+    calibration never saw; a domain whose held-out figures are far from the in-domain ones is one
+    the shipped entry will not serve. Domains need at least two to compare (else {})."""
+    domains = sorted({p.domain for p in points})
+    if len(domains) < 2:
+        return {}
+    out = {}
+    for d in domains:
+        train = [p for p in points if p.domain != d]
+        test = [p for p in points if p.domain == d]
+        if len({p.impossible for p in train}) < 2:
+            continue  # nothing to fit a refusal model on
+        entry = fit_entry(train, max_false_refusal, refusal_features, selector_features)
+        out[d] = transfer_scores(decide(test, entry))
     return out

@@ -6,6 +6,7 @@ file `rag eval probe` writes and `--probe` reads. Registered by `eval/cli.py`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -16,14 +17,8 @@ from rag.generation.auto_model import resolve_config_model
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from eval.calibrate import (
-        calibration_items,
-        fit_refusal_model,
-        fit_span_selector,
-        pick_margin,
-        select_candidates,
-    )
-    from eval.datasets import load_qa
+    from eval.calibrate import domain_cv, fit_entry, pick_margin
+    from rag.answering.signals import FEATURE_SETS
     from rag.calibration import calibration_path, save_thresholds
 
     cfg = config_from(args)
@@ -32,41 +27,112 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("error: calibration needs answer.grounded: true (the margin comes from the span decoder)",
               file=sys.stderr)
         return 2
-    items = calibration_items(load_qa(args.dataset, args.split), args.limit, args.seed, args.exclude_limit,
-                              args.exclude_seed)
+    try:
+        sets = calibration_sets(args.dataset, args.split, args.limit, args.seed, args.exclude_limit, args.exclude_seed)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    items = [it for s in sets for it in s.items]
+    # one dataset keeps the SQuAD-era features unless asked; a mix is fitted on the transfer ones
+    features = getattr(args, "features", None) or ("transfer" if len(sets) > 1 else "squad")
+    refusal_feats, selector_feats = FEATURE_SETS[features]
     probe, trained = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else (None, {})
-    points = _read_points(args.refit, items) if args.refit else _answer_points(args, cfg, items, probe)
+    points = _read_points(args.refit, sets) if args.refit else _answer_points(args, cfg, sets, probe)
     best = pick_margin(points, args.max_false_refusal)  # span-only thresholds: the fallback without checks
-    selector = fit_span_selector(points) if cfg.answer.verify else None
+    cv: dict = {}
     if cfg.answer.verify:
-        fitted = fit_refusal_model(select_candidates(points, selector), args.max_false_refusal)
+        fitted = fit_entry(points, args.max_false_refusal, refusal_feats, selector_feats)
         best = {**best, "refusal_model": fitted["refusal_model"],
                 **{k: fitted[k] for k in ("f1", "refusal_acc", "false_refusal")}}
-    if selector is not None:
-        best["span_selector"] = selector
+        if fitted["span_selector"] is not None:
+            best["span_selector"] = fitted["span_selector"]
+        cv = domain_cv(points, args.max_false_refusal, refusal_feats, selector_feats)
+    selector = best.get("span_selector")
     model = cfg.generator.engine.model
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
-    save_thresholds(path, model, {**best, "dataset": Path(args.dataset).name, "split": args.split,
-                                  "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
-                                  "quantization": cfg.generator.engine.quantization,
-                                  "dtype": _resolved_dtype(cfg), "languages": _languages(items),
-                                  **({"probe": probe.to_dict(), "probe_trained": trained} if probe is not None else {})})
+    names = [s.domain for s in sets]
+    entry = {**best, "dataset": "+".join(Path(s.path).name for s in sets), "split": "+".join(s.split for s in sets),
+             "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
+             "quantization": cfg.generator.engine.quantization, "features": features,
+             "dtype": _resolved_dtype(cfg), "languages": _languages(items),
+             "domains": {d: sum(p.domain == d for p in points) for d in sorted(set(names))},
+             **({"transfer_cv": cv} if cv else {}),
+             **({"probe": probe.to_dict(), "probe_trained": trained} if probe is not None else {})}
+    save_thresholds(path, model, entry)
     how = ("refusal model over " + ", ".join(best["refusal_model"]["features"]) if "refusal_model" in best
            else f"refuse_margin {best['refuse_margin']}, refuse_min_logprob {best['refuse_min_logprob']}")
     if selector is not None:
         how += "; span selector over " + ", ".join(selector["features"])
     print(f"{model}: {how} (calibration F1 {best['f1']:.3f}, refusal accuracy "
           f"{best['refusal_acc']:.3f}, false refusals {best['false_refusal']:.3f}, n {int(best['n'])})")
+    for d, m in cv.items():
+        print(f"  held out {d}: refusal accuracy {m['refusal_acc']:.3f}, false refusals {m['false_refusal']:.3f}, "
+              f"cited inventions {m['cited_invention_rate']:.3f}, F1 {m['f1']:.3f} (n {int(m['n'])})")
+    if getattr(args, "json", None):
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"model": model, "entry": {k: v for k, v in entry.items() if k != "probe"},
+                                               "transfer_cv": cv}, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
     print(f"wrote {path}")
     return 0
 
 
-def _answer_points(args: argparse.Namespace, cfg, items, probe) -> list:
-    """Answer every calibration question down the span path and keep its signals (and, with
-    per-passage candidates, every candidate's) as calibration points."""
-    import dataclasses
+@dataclasses.dataclass
+class CalibrationSet:
+    """One dataset of a calibration mix: its questions and the domain leave-one-out CV holds out."""
 
+    path: str
+    split: str
+    domain: str
+    items: list
+
+
+def calibration_sets(specs: str | list[str], default_split: str, limit: int, seed: int, exclude_limit: int,
+                     exclude_seed: int) -> list[CalibrationSet]:
+    """The datasets of `--dataset` (repeatable, or comma-separated; `DIR:SPLIT` picks a split), each
+    sampled with `calibration_items`. The reported sample is left out of a `dev` split only: a
+    training split and a generated own-corpus set (eval/synth_own.py, its `manifest.json`) are never
+    reported on. Domain: `own` for generated sets (every small-corpus set is held out together, the
+    transfer a user's few files need), else the folder name."""
+    from eval.calibrate import calibration_items
+    from eval.datasets import load_qa
+
+    raw = [specs] if isinstance(specs, str) else list(specs)
+    out = []
+    for spec in (p.strip() for s in raw for p in s.split(",") if p.strip()):
+        path, _, split = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
+        manifest = Path(path) / "manifest.json"
+        generated = manifest.is_file() and "source" in json.loads(manifest.read_text(encoding="utf-8"))
+        split = split or ("train" if generated else default_split)
+        qa = Path(path) / "qa" / f"{split}.jsonl"
+        if not qa.is_file():
+            raise ValueError(f"{path} has no qa/{split}.jsonl (use DIR:SPLIT, or generate an own-corpus set "
+                             "with `python -m eval.synth_own`)")
+        held = exclude_limit if split == "dev" and not generated else 0
+        items = calibration_items(load_qa(path, split), limit, seed, held, exclude_seed)
+        out.append(CalibrationSet(path, split, "own" if generated else Path(path).name, items))
+    if not out:
+        raise ValueError("no --dataset given")
+    return out
+
+
+def _point_f1(it, text: str, doc_id: str | None) -> float:
+    """A calibration answer's F1: token F1 against the gold answers; a question with supporting
+    documents but no answer string (a SciFact claim) scores 1 when the answer cites one of them."""
     from eval.answers import token_f1
+
+    if it.is_impossible:
+        return 0.0
+    if it.answers:
+        return token_f1(text, it.answers)
+    golds = set(it.gold_doc_ids) | ({it.gold_doc_id} if it.gold_doc_id else set())
+    return float(doc_id is not None and doc_id in golds)
+
+
+def _answer_points(args: argparse.Namespace, cfg, sets: list[CalibrationSet], probe) -> list:
+    """Answer every calibration question down the span path and keep its signals (and, with
+    per-passage candidates, every candidate's) as calibration points. A question of a generated
+    set is asked over its group's passages only (`QAItem.filters`)."""
     from eval.calibrate import Point
     from eval.qa_eval import normalise_answer_output
     from eval.runner import open_eval_pipeline
@@ -79,11 +145,6 @@ def _answer_points(args: argparse.Namespace, cfg, items, probe) -> list:
         cfg.answer.per_passage = True
     from rag.answering.policy import Policies
 
-    # Recording policies: every check runs (they are features of the model being fitted), the probe is
-    # exactly `probe` (the entry written afterwards must match the signals), and candidates are chosen as
-    # the single decode would (they are chosen again with the selector fitted from them).
-    pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress,
-                              policies=Policies(cfg, record=True, probe=probe))
     points = []
     # --points is written as it goes (one JSON line per question, flushed), so an interrupted
     # hour-long run keeps what it measured and can be refitted offline (--refit).
@@ -91,44 +152,69 @@ def _answer_points(args: argparse.Namespace, cfg, items, probe) -> list:
     try:
         from tqdm import tqdm
 
-        for it in tqdm(items, disable=args.no_progress, desc="calibrate", unit="q"):
-            a = pipe.ask(it.question, mode="short")
-            out = normalise_answer_output(a)
-            text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
-            f1 = 0.0 if it.is_impossible else token_f1(text, it.answers)
-            cands = [{"signals": c["signals"], "span": c["span"], "passage": c["passage"],
-                      "f1": 0.0 if it.is_impossible else token_f1(c["span"], it.answers)} for c in a.candidates]
-            points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, f1,
-                                a.signals.get("min_logprob", 0.0), dict(a.signals), cands))
-            if sink is not None:
-                sink.write(json.dumps({**dataclasses.asdict(points[-1]), "id": it.id, "answer": text}) + "\n")
-                sink.flush()
+        bar = tqdm(total=sum(len(s.items) for s in sets), disable=args.no_progress, desc="calibrate", unit="q")
+        for cs in sets:
+            # Recording policies: every check runs (they are features of the model being fitted), the probe is
+            # exactly `probe` (the entry written afterwards must match the signals), and candidates are chosen as
+            # the single decode would (they are chosen again with the selector fitted from them).
+            pipe = open_eval_pipeline(cs.path, cfg, progress=not args.no_progress,
+                                      policies=Policies(cfg, record=True, probe=probe))
+            try:
+                for it in cs.items:
+                    bar.set_postfix_str(cs.domain)
+                    a = pipe.ask(it.question, filters=it.filters, mode="short")
+                    out = normalise_answer_output(a)
+                    text = re.sub(r"\s*\[\d+\]", "", out.text).strip()
+                    cited = a.citations[0].doc_id if a.citations and not a.refused else None
+                    cands = [{"signals": c["signals"], "span": c["span"], "passage": c["passage"],
+                              "f1": _point_f1(it, c["span"], a.passages[c["passage"]].doc_id)} for c in a.candidates]
+                    points.append(Point(a.signals.get("margin", 0.0), it.is_impossible, _point_f1(it, text, cited),
+                                        a.signals.get("min_logprob", 0.0), dict(a.signals), cands, cs.domain))
+                    if sink is not None:
+                        sink.write(json.dumps({**dataclasses.asdict(points[-1]), "id": it.id, "answer": text}) + "\n")
+                        sink.flush()
+                    bar.update()
+            finally:
+                pipe.close()
+        bar.close()
     finally:
-        pipe.close()
         if sink is not None:
             sink.close()
     return points
 
 
-def _read_points(path: str, items) -> list:
+def _read_points(path: str, sets: list[CalibrationSet]) -> list:
     """The points of a `--points` file, in the order of this run's calibration questions; every
-    question must be there (a file from another sample or an unfinished run is an error)."""
+    question must be there (a file from another sample or an unfinished run is an error). A line
+    is matched by its domain and id (a file from before domains were recorded: by id); its signals
+    get the derived ones (`with_derived`), so old files refit on the transfer features too."""
     from eval.calibrate import Point
+    from rag.answering.signals import with_derived
 
-    by_id = {}
+    by_id: dict[tuple[str, str], Point] = {}
     try:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             if line.strip():
                 d = json.loads(line)
-                by_id[d["id"]] = Point(d["margin"], bool(d["impossible"]), float(d["f1"]), d.get("min_logprob", 0.0),
-                                       dict(d.get("signals", {})), list(d.get("candidates", [])))
+                cands = [{**c, "signals": with_derived(dict(c.get("signals", {})))} for c in d.get("candidates", [])]
+                by_id[(d.get("domain", ""), d["id"])] = Point(
+                    d["margin"], bool(d["impossible"]), float(d["f1"]), d.get("min_logprob", 0.0),
+                    with_derived(dict(d.get("signals", {}))), cands, d.get("domain", ""))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"error: {path} is not a --points file of `rag eval calibrate` ({e})") from None
-    missing = [it.id for it in items if it.id not in by_id]
+    out, missing = [], []
+    for cs in sets:
+        for it in cs.items:
+            p = by_id.get((cs.domain, it.id)) or by_id.get(("", it.id))
+            if p is None:
+                missing.append(it.id)
+            else:
+                out.append(dataclasses.replace(p, domain=cs.domain))
     if missing:
-        raise SystemExit(f"error: {path} lacks {len(missing)} of the {len(items)} calibration questions "
-                         f"(e.g. {missing[0]}): refit with the --limit/--seed of the run that wrote it")
-    return [by_id[it.id] for it in items]
+        total = sum(len(cs.items) for cs in sets)
+        raise SystemExit(f"error: {path} lacks {len(missing)} of the {total} calibration questions "
+                         f"(e.g. {missing[0]}): refit with the --dataset/--limit/--seed of the run that wrote it")
+    return out
 
 
 def _load_probe(path: str, model: str):

@@ -53,10 +53,21 @@ class QAItem:
     is_impossible: bool = False
     gold_doc_id: str = ""
     title: str = ""
+    # a generated own-corpus set (eval/synth_own.py): the small corpus the question is asked over
+    # (`metadata.group` of its passages; retrieval is filtered to it) and every supporting document
+    group: str = ""
+    gold_doc_ids: list[str] = field(default_factory=list)
+
+    @property
+    def filters(self) -> dict[str, str] | None:
+        """The retrieval filter that keeps the question inside its group (None: the whole corpus)."""
+        return {"group": self.group} if self.group else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "question": self.question, "answers": self.answers,
-                "is_impossible": self.is_impossible, "gold_doc_id": self.gold_doc_id, "title": self.title}
+                "is_impossible": self.is_impossible, "gold_doc_id": self.gold_doc_id, "title": self.title,
+                **({"group": self.group} if self.group else {}),
+                **({"gold_doc_ids": self.gold_doc_ids} if self.gold_doc_ids else {})}
 
 
 def load_qa(
@@ -79,6 +90,8 @@ def load_qa(
             is_impossible=bool(r.get("is_impossible", False)),
             gold_doc_id=str(r.get("gold_doc_id") or ""),
             title=r.get("title", "") or "",
+            group=str(r.get("group") or ""),
+            gold_doc_ids=[str(d) for d in r.get("gold_doc_ids") or []],
         )
         for r in read_jsonl(p)
     ]

@@ -108,11 +108,12 @@ def search_fn(pipe: Pipeline, depth: int, oversample: int = 3) -> Any:
     return run
 
 
-def answer_fn(pipe: Pipeline, mode: str | None = None) -> Any:
-    """Question -> `Answer`; `mode` short/long overrides `answer.mode` (EM/F1 sets use short)."""
+def answer_fn(pipe: Pipeline, mode: str | None = None, filters: dict[str, dict[str, str]] | None = None) -> Any:
+    """Question -> `Answer`; `mode` short/long overrides `answer.mode` (EM/F1 sets use short).
+    `filters`: question -> its retrieval filter (a generated set's group; others: the whole corpus)."""
 
     def run(question: str):
-        return pipe.ask(question, mode=mode)
+        return pipe.ask(question, filters=(filters or {}).get(question), mode=mode)
 
     run.close = pipe.close  # type: ignore[attr-defined]
     return run

@@ -17,6 +17,7 @@ MARGIN = "margin"  # log P(refusal start) - log P(best span start) at the first 
 SPAN_LOGPROB = "span_logprob"  # summed log-probability of the span's tokens
 MIN_LOGPROB = "min_logprob"  # the least likely span token: one guessed word shows here
 SPAN_TOKENS = "span_tokens"  # tokens in the span (0: no span was written)
+SPAN_LOGPROB_MEAN = "span_logprob_mean"  # span_logprob per span token: the sum grows with the span's length
 PASSAGE_RANK = "passage_rank"  # a per-passage candidate's passage, 0 = best ranked
 # the answerability checks (rag/answerability.py)
 CHECK_PASSAGE = "check_passage"  # log-odds "the passage contains the answer"
@@ -33,6 +34,28 @@ REFUSAL_FEATURES = (MARGIN, MIN_LOGPROB, SPAN_LOGPROB, CHECK_PASSAGE, CHECK_ANSW
 # answer check picked more right-looking strings from the wrong passage (docs/results.md).
 SELECTOR_FEATURES = (MARGIN, CHECK_PROBE, PASSAGE_RANK)
 
+# The entries fitted on a mix of domains and corpus sizes (`rag eval calibrate --dataset A --dataset B ...`,
+# the default feature set `transfer`): only signals whose scale does not depend on how many passages
+# the corpus or the prompt holds. Dropped: `passage_rank` (0..k-1, so its mean and spread are set by
+# k = min(context_k, corpus size): a group of 3 chunks has no rank 4, and a SQuAD-fitted coefficient
+# read rank 2 of 3 as a mid-list passage) and the summed `span_logprob` (it scales with the span's
+# length, which differs by language and domain), replaced by its per-token mean. Kept: the first-token
+# margin, the least likely token, and the checks and probe, which each read one passage at a time.
+TRANSFER_REFUSAL_FEATURES = (MARGIN, MIN_LOGPROB, SPAN_LOGPROB_MEAN, CHECK_PASSAGE, CHECK_ANSWER, CHECK_PROBE)
+TRANSFER_SELECTOR_FEATURES = (MARGIN, CHECK_PROBE, CHECK_PASSAGE)
+# `rag eval calibrate --features NAME`
+FEATURE_SETS = {"transfer": (TRANSFER_REFUSAL_FEATURES, TRANSFER_SELECTOR_FEATURES),
+                "squad": (REFUSAL_FEATURES, SELECTOR_FEATURES)}
+
+
+def with_derived(signals: dict[str, float]) -> dict[str, float]:
+    """`signals` plus those computed from them (`span_logprob_mean`), in place and returned: the span
+    decoder's signals get them here, and so do the signals of a `--points` file written before they
+    existed, so a refit reads the same features a live answer has."""
+    if SPAN_LOGPROB in signals and SPAN_LOGPROB_MEAN not in signals:
+        signals[SPAN_LOGPROB_MEAN] = signals[SPAN_LOGPROB] / max(1.0, signals.get(SPAN_TOKENS, 1.0))
+    return signals
+
 
 def span_signals(span: Any, rank: int | None = None) -> dict[str, float]:
     """The span decoder's signals of one grounded decode (a `GroundedSpanProcessor` after it ran),
@@ -42,7 +65,7 @@ def span_signals(span: Any, rank: int | None = None) -> dict[str, float]:
            MIN_LOGPROB: span.min_logprob, SPAN_TOKENS: float(span.steps)}
     if rank is not None:
         out[PASSAGE_RANK] = float(rank)
-    return out
+    return with_derived(out)
 
 
 def gave_span(text: str, signals: dict[str, float]) -> bool:
