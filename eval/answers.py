@@ -21,20 +21,15 @@ from pydantic import BaseModel, ConfigDict
 
 from indexing.language import CJK_RANGES
 
+# an answer's sentences and content words: one definition, shared with the long-answer grounding
+from rag.citations import content_words, split_sentences, strip_citation_markers  # noqa: F401 (re-exported)
+
 Mode = Literal["auto", "en", "zh"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _CJK = re.compile(f"[{CJK_RANGES}]")
 _ZH_TOKENS = re.compile(f"[{CJK_RANGES}]|[a-z0-9]+")
 _EN_PUNCT = set(string.punctuation)
-
-
-_MARKERS = re.compile(r"\s*(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)")
-
-
-def strip_citation_markers(text: str) -> str:
-    """Remove `[1]`, `[1, 2]`, `【1】` markers: citations are scored apart, not as answer tokens."""
-    return _MARKERS.sub("", text).strip()
 
 
 def is_cjk(text: str) -> bool:
@@ -173,49 +168,8 @@ def contains_answer(text: str, answers: Iterable[str]) -> bool:
     return False
 
 
-# Words that carry no checkable fact: function words and the meta-talk of long answers ("based on
-# the information provided in the passage").
-_FUNCTION_WORDS_TEXT = """
-a an the and or but if then than so as of in on at to for from by with without about into over under
-after before between during per up out off is are was were be been being am do does did has have had
-will would can could shall should may might must it its this that these those there here he she they
-we you i his her their our your them him me us who whom whose which what when where why how not no
-also only just very more most some any each every all both such other another same one
-based according provided information passage passages context document documents text mentioned
-stated says said states given following answer
-"""
-_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
-_WORDS = re.compile(f"[{CJK_RANGES}]|(?:(?![{CJK_RANGES}])[^\\W_])+")
-_MARK = r"(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)"
-# A sentence ends at . ! ? before a space (not "4.80"), at 。！？ or at a line end; markers after it
-# on the same line stay with it.
-_SENTENCE = re.compile(rf"\S.*?(?:(?:[.!?](?=\s|$|\[|【)|[。！？])(?:[ \t]*{_MARK})*|(?=\n)|$)", re.S)
 _MARKER_NUMBERS = re.compile(r"\[(\d+(?:\s*[,，]\s*\d+)*)\]|【(\d+)】")
 SUPPORT_MIN_SHARE = 0.8
-
-
-def _stem(word: str) -> str:
-    """Plural/tense folding good enough for "moorings" ~ "mooring", "opened" ~ "open"."""
-    if word.endswith("ies") and len(word) > 4:
-        word = word[:-3] + "y"
-    elif word.endswith("s") and not word.endswith("ss") and len(word) > 3:
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def content_words(text: str) -> list[str]:
-    """Lower-cased words (CJK: characters) without function words; numbers split at punctuation
-    ("4.80" -> "4", "80") the same way on both sides of a comparison."""
-    words = _WORDS.findall(unicodedata.normalize("NFKC", text).lower())
-    return [_stem(w) for w in words if w not in _FUNCTION_WORDS]
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a long answer, each with the `[n]` markers written after it."""
-    return [m.group(0).strip() for m in _SENTENCE.finditer(text)]
 
 
 def sentence_support(sentence: str, passages: Mapping[str, str], question: str = "",

@@ -73,6 +73,9 @@ class Answer:
     # on a refusal, the best passages found (those the model read, or, refused before decoding, the
     # retrieved ones), so a reader sees what came closest; empty when the question was answered
     closest_passages: list[Passage] = field(default_factory=list)
+    # long mode with `answer.long_grounding` on: the mode, each sentence the model wrote with the path
+    # it took (kept, recited, dropped_keyfact, dropped_unsupported, ...) and the count of each path
+    grounding: dict[str, Any] = field(default_factory=dict)
 
     @property
     def standalone_question(self) -> str:

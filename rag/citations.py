@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Sequence
+
+from indexing.language import CJK_RANGES
 
 from .answer import Citation, Passage
 
@@ -104,15 +108,15 @@ def to_citation(p: Passage, inferred: bool = False) -> Citation:
                     page=p.page, url=url, section=p.section, inferred=inferred)
 
 
-def long_citations(text: str, markers: MarkerFilter, passages: list[Passage], attribute_uncited: bool,
+def long_citations(text: str, used: Sequence[int], passages: list[Passage], attribute_uncited: bool,
                    min_overlap: float, refused: bool) -> list[Citation]:
-    """A long answer's citations: the markers the model wrote, in order of first use; when it wrote
-    none, those overlap attribution finds (flagged `inferred`; the text stays what was streamed).
-    A refusal cites nothing."""
+    """A long answer's citations: the markers it holds (`used`: the passage numbers in order of first
+    use); when it holds none, those overlap attribution finds (flagged `inferred`; the text stays what
+    was streamed). A refusal cites nothing."""
     if refused:
         return []
     by_marker = {p.marker: p for p in passages}
-    cites = [to_citation(by_marker[n]) for n in markers.used]
+    cites = [to_citation(by_marker[n]) for n in used if n in by_marker]
     if not cites and attribute_uncited:
         _, cites = attribute(text, passages, min_overlap)
     return cites
@@ -224,3 +228,67 @@ def locate_spans(text: str, citations: list[Citation], passages: list[Passage]) 
         claims = [_MARKER.sub("", s) for s in sentences
                   if any(int(n) == c.marker for m in _MARKER.finditer(s) for n in re.split(r"\s*[,，、]\s*", m.group(1)))]
         c.span = cited_span(claims or [_MARKER.sub("", text)], p.text)
+
+
+# ---- an answer's sentences and their content words (also `rag eval qa`'s sentence support) ----
+# Words that carry no checkable fact: function words and the meta-talk of long answers ("based on
+# the information provided in the passage").
+_FUNCTION_WORDS_TEXT = """
+a an the and or but if then than so as of in on at to for from by with without about into over under
+after before between during per up out off is are was were be been being am do does did has have had
+will would can could shall should may might must it its this that these those there here he she they
+we you i his her their our your them him me us who whom whose which what when where why how not no
+also only just very more most some any each every all both such other another same one
+based according provided information passage passages context document documents text mentioned
+stated says said states given following answer
+"""
+_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
+_WORDS = re.compile(f"[{CJK_RANGES}]|(?:(?![{CJK_RANGES}])[^\\W_])+")
+_ANSWER_MARK = r"(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)"
+# A sentence ends at . ! ? before a space (not "4.80"), at 。！？ or at a line end; markers after it
+# on the same line stay with it.
+_ANSWER_SENTENCE = re.compile(rf"\S.*?(?:(?:[.!?](?=\s|$|\[|【)|[。！？])(?:[ \t]*{_ANSWER_MARK})*|(?=\n)|$)", re.S)
+
+
+def _stem(word: str) -> str:
+    """Plural/tense folding good enough for "moorings" ~ "mooring", "opened" ~ "open"."""
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-cased words (CJK: characters) without function words; numbers split at punctuation
+    ("4.80" -> "4", "80") the same way on both sides of a comparison."""
+    words = _WORDS.findall(unicodedata.normalize("NFKC", text).lower())
+    return [_stem(w) for w in words if w not in _FUNCTION_WORDS]
+
+
+_MARKERS = re.compile(r"\s*(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)")
+
+
+def strip_citation_markers(text: str) -> str:
+    """Remove `[1]`, `[1, 2]`, `【1】` markers: citations are scored apart, not as answer tokens."""
+    return _MARKERS.sub("", text).strip()
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a long answer, each with the `[n]` markers written after it."""
+    return [m.group(0).strip() for m in sentence_matches(text)]
+
+
+def sentence_matches(text: str, pos: int = 0) -> list[re.Match[str]]:
+    """`split_sentences` with positions (from `pos`): the streaming grounding cuts the growing text
+    at them, and keeps the whitespace between sentences as written."""
+    return list(_ANSWER_SENTENCE.finditer(text, pos))
+
+
+def sentence_markers(sentence: str) -> list[int]:
+    """The passage numbers a sentence's `[n]` markers name, in order, without repeats."""
+    nums = [int(n) for m in _MARKER.finditer(sentence) for n in re.split(r"\s*[,，、]\s*", m.group(1))]
+    return list(dict.fromkeys(nums))

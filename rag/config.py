@@ -43,6 +43,15 @@ class AnswerConfig(BaseModel):
     short_max_tokens: int = Field(24, ge=1, description="token budget of a short answer")
     force_markers: bool = Field(True, description=(
         "long mode: before an uncited sentence ends, the model must write a [n] marker (it picks n)"))
+    long_grounding: Literal["strict", "check", "off"] = Field("strict", description=(
+        "long mode (rag/answering/long.py): check every sentence against the passages it cites (its numbers "
+        "and names must occur there, enough of its words, and the engine's answer check where calibrated) and "
+        "drop the unsupported ones; strict also drops or re-cites uncited or wrongly cited sentences; nothing "
+        "left: the refusal. off: the answer as generated"))
+    long_check_min: float | None = Field(None, description=(
+        "long grounding: a sentence whose answer-check log-odds (sentence as the proposed answer, its cited "
+        "passage) is below this is unsupported; null: the calibration entry's check_answer mean minus one std "
+        "for the generator and question language, and no engine check where there is no entry (SmolLM2)"))
     refuse_margin: float | None = Field(None, description=(
         "grounded short mode: refuse when log P(refusal) - log P(best span) at the first token exceeds "
         "this; null: the value `rag eval calibrate` stored for the model, else the model's own choice"))

@@ -3,7 +3,8 @@ decide a short answer or cite a long one, then record what it cost.
 
 Why apart from the pipeline: the pipeline composes the stages up to the prompt; what happens to
 the generated text is the answer step's own business, and each part of it has one home here:
-the short answer's decision (`policy.py`, gathered by `short.py`), the long answer's citations
+the short answer's decision (`policy.py`, gathered by `short.py`), the long answer's grounding
+(`long.py`: its sentences judged against the passages they cite) and citations
 (`rag/citations.py: long_citations`), the token accounting (`Answer.add_costs`).
 """
 
@@ -16,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from inference.structured import GroundedSpanProcessor
 
 from ..answer import Answer
-from ..citations import MarkerFilter, locate_spans, long_citations
+from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
-from .policy import Decision, Policies, says_refusal
+from .long import LongGrounding, grounding_for
+from .policy import Decision, Policies, refuse, says_refusal
 
 if TYPE_CHECKING:
     from ..config import RagConfig
@@ -47,20 +49,27 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         yield final
         return
     markers = MarkerFilter({p.marker for p in answer.passages})
+    # long answers: each sentence is shown once judged (None: `answer.long_grounding: off`)
+    grounding = None if short else grounding_for(generator, cfg, answer,
+                                                 policies.for_question(answer.question).entry)
     last = None
     agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans)
     looped = False
     try:
         async for out in agen:
             last = out
-            if (delta := markers.feed(out.outputs[0].delta_text)) and not short:
-                yield delta
+            delta = markers.feed(out.outputs[0].delta_text)
+            if delta and not short and (shown := await grounding.feed(delta) if grounding else delta):
+                yield shown
             if delta and is_looping(markers.text):
                 looped = True  # stop a degenerate loop now (closing the stream aborts the request)
                 break
     finally:
         await agen.aclose()
-    if (tail := markers.flush()) and not short:
+    tail = markers.flush()
+    if grounding is not None:
+        tail = await grounding.feed(tail) + await grounding.finish()
+    if tail and not short:
         yield tail
     if short:
         from .short import decide_single
@@ -69,7 +78,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span)
         final = _finish_short(answer, decision, last, t0, markers.removed)
     else:
-        final = _finish_long(cfg, answer, markers, last, t0)
+        final = _finish_long(cfg, answer, markers, last, t0, grounding)
     if looped:
         final.finish_reason = "repetition"
     if short:
@@ -101,13 +110,24 @@ def _finish_short(answer: Answer, decision: Decision, out: Any, t0: float, remov
     return _account(answer, out, t0)
 
 
-def _finish_long(cfg: RagConfig, answer: Answer, markers: MarkerFilter, out: Any, t0: float) -> Answer:
-    """A long answer is exactly what was streamed; when the model cited nothing, citations are
-    attributed by word overlap and flagged `inferred`. A refusal cites nothing."""
+def _finish_long(cfg: RagConfig, answer: Answer, markers: MarkerFilter, out: Any, t0: float,
+                 grounding: LongGrounding | None = None) -> Answer:
+    """A long answer is exactly what was streamed: with grounding, the sentences it kept (none: the
+    refusal); when the model cited nothing, citations are attributed by word overlap and flagged
+    `inferred`. A refusal cites nothing."""
     ac = cfg.answer
-    answer.text, answer.removed_markers = markers.text, markers.removed
-    answer.refused = says_refusal(markers.text, cfg.prompt.refusal)
-    answer.citations = long_citations(markers.text, markers, answer.passages, ac.attribute, ac.attribution_overlap,
+    answer.removed_markers = markers.removed
+    if grounding is not None:
+        answer.grounding = grounding.metadata()
+        if grounding.refused:
+            refuse(cfg.prompt.refusal).apply(answer)
+            return _account(answer, out, t0)
+        text, used = grounding.text, sentence_markers(grounding.text)
+    else:
+        text, used = markers.text, markers.used
+    answer.text = text
+    answer.refused = says_refusal(text, cfg.prompt.refusal)
+    answer.citations = long_citations(text, used, answer.passages, ac.attribute, ac.attribution_overlap,
                                       answer.refused)
     locate_spans(answer.text, answer.citations, answer.passages)
     return _account(answer, out, t0)

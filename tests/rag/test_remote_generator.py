@@ -51,7 +51,9 @@ def test_pipeline_streams_a_cited_answer_through_the_remote(server, pipeline):
     from rag.pipeline import Pipeline
 
     base, _ = server
-    pipe = Pipeline(_remote_cfg(pipeline, base + "/v1"), store=pipeline.store, retriever=pipeline.retriever)
+    cfg = _remote_cfg(pipeline, base + "/v1")
+    cfg.answer.long_grounding = "off"  # token by token as the remote sends them (grounded: sentence by sentence)
+    pipe = Pipeline(cfg, store=pipeline.store, retriever=pipeline.retriever)
     try:
         assert isinstance(pipe.generator, RemoteGenerator)
         items = list(pipe.stream("What is the capital city of Zarnovia?"))

@@ -58,7 +58,8 @@ def test_ask_json_and_stream(server):
     deltas = [d["text"] for e, d in events if e == "delta"]
     final = [d for e, d in events if e == "final"]
     assert len(final) == 1 and "passages" not in final[0]
-    assert "".join(deltas) == final[0]["text"] and len(deltas) > 1
+    # a grounded long answer (the default) streams each sentence once judged: one delta or more
+    assert "".join(deltas) == final[0]["text"] and len(deltas) >= 1
 
 
 def test_search(server):
