@@ -186,12 +186,15 @@ class CollectionIndex:
         new.hashes, new.manifest = dict(self.hashes), dict(self.manifest)
         return new
 
-    def sync(self, store: DocumentStoreProtocol, rebuild: bool = False, batch: int = 2048,
+    def sync(self, store: DocumentStoreProtocol, rebuild: bool = False, batch: int = 256,
              on_progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
         """Bring the index in line with the store; returns counts of added/removed/kept chunks.
 
-        `on_progress(done, total)` is called after each batch of chunks (re)indexed, so a long
-        rebuild shows its progress (server `/ready`, CLI progress bar).
+        `on_progress(done, total)` is called once before the first batch (so a bar shows the total
+        while the first batch embeds) and after each batch of chunks (re)indexed, so a long rebuild
+        shows its progress (server `/ready`, CLI progress bar). 256 chunks a batch: seconds of embedding
+        on a 2-core CPU; with 2048 the bar of `rag eval` on SciFact appeared only after the first batch
+        and then moved every few minutes.
         """
         version = store.version(self.collection)
         self.store = store
@@ -224,6 +227,8 @@ class CollectionIndex:
                 self.dense.remove(arr)
             for i in stale:
                 del self.hashes[i]
+        if on_progress is not None and todo:
+            on_progress(0, len(todo))
         for s in range(0, len(todo), batch):
             part = todo[s : s + batch]
             ids = np.array([i for i, _ in part], dtype=np.int64)

@@ -37,6 +37,9 @@ def test_ready_reports_rebuild_progress(tmp_path):
 
     def sync(collection=None, on_progress=None):
         def hold(done: int, total: int) -> None:
+            if not done:  # the total, reported before the first batch: "0%"
+                on_progress(done, total)
+                return
             on_progress(2 * done, 5 * total)  # report 40%, as a long rebuild would midway
             reached.set()
             release.wait(30)
