@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +55,8 @@ class QAOutput:
     prefix_cached_tokens: int | None = None
     signals: dict[str, float] = field(default_factory=dict)  # refusal signals (margin, span logprob)
     passages: dict[str, str] = field(default_factory=dict)  # marker ("1") -> title + text the model saw
+    # long answers with `answer.long_grounding` on: each sentence's path and their counts (`Answer.grounding`)
+    grounding: dict[str, Any] = field(default_factory=dict)
 
 
 AnswerFn = Callable[[str], Any]
@@ -110,7 +113,8 @@ def normalise_answer_output(out: Any) -> QAOutput:
         kw["context_tokens_before"], kw["context_tokens_after"] = comp.get("tokens_in"), comp.get("tokens_out")
     return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
                     timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None),
-                    signals=dict(get("signals", None) or {}), passages=shown, **kw)
+                    signals=dict(get("signals", None) or {}), passages=shown,
+                    grounding=dict(get("grounding", None) or {}), **kw)
 
 
 def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None,
@@ -168,6 +172,8 @@ def evaluate_qa(
     the user's sense: the answer contains a gold answer, or is a refusal where nothing answers.
     `sentences` (long mode): `supported_sentence_rate`, the share of the answered questions'
     sentences whose content the passage they cite supports (`eval.answers.sentence_support`).
+    `long_grounding` (on the result): how many of the model's sentences took each grounding path
+    (kept, recited, dropped_keyfact, ...; `rag/answering/long.py`), summed over the questions.
     """
     outputs: dict[str, QAOutput] = {}
     todo = []
@@ -205,7 +211,23 @@ def evaluate_qa(
         dataset=dataset, split=split, config=dict(config or {}),
         metrics=_qa_metrics(items, per_query, costs), latency_ms=costs["latency_ms"],
         n_queries=len(items), name=name, per_query=per_query, executed=len(todo),
+        long_grounding=grounding_counts(outputs[it.id] for it in items),
     )
+
+
+def grounding_counts(outputs: Iterable[QAOutput]) -> dict[str, int]:
+    """Each grounding path's sentence count over the answers, with `dropped` (all dropped paths) and
+    `answers` (how many were grounded); empty when none was (short mode, `long_grounding: off`)."""
+    total: Counter[str] = Counter()
+    answers = 0
+    for o in outputs:
+        counts = o.grounding.get("counts") or {}
+        if counts:
+            answers += 1
+            total.update({k: int(v) for k, v in counts.items()})
+    if not answers:
+        return {}
+    return {**total, "dropped": sum(v for k, v in total.items() if k.startswith("dropped")), "answers": answers}
 
 
 def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[str, QAOutput],
@@ -224,7 +246,8 @@ def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[st
                    "right": bool(s["right"]),
                    **{k: s[k] for k in ("citation_precision", "citation_recall", "supported_sentences", "sentences")
                       if k in s},
-                   "signals": out.signals, "latency_ms": round(out.timings_ms.get(TOTAL, 0.0), 1)}
+                   "signals": out.signals, "latency_ms": round(out.timings_ms.get(TOTAL, 0.0), 1),
+                   **({"grounding": out.grounding} if out.grounding else {})}
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 

@@ -92,6 +92,7 @@ class EvalResult:
     rankings: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     executed: int = 0  # queries actually searched in this call (the rest came from the cache)
     metrics_by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # {type: {metric: value}}
+    long_grounding: dict[str, int] = field(default_factory=dict)  # QA, long mode: sentences per grounding path
 
     def to_dict(self) -> dict[str, Any]:
         """The published result shape (no per-query detail)."""
@@ -103,6 +104,7 @@ class EvalResult:
             "latency_ms": self.latency_ms,
             "n_queries": self.n_queries,
             **({"metrics_by_type": self.metrics_by_type} if self.metrics_by_type else {}),
+            **({"long_grounding": self.long_grounding} if self.long_grounding else {}),
         }
 
     def save_json(self, path: str | Path) -> Path:
@@ -222,6 +224,9 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
     fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*header), "  ".join("-" * w for w in widths)]
     lines += [fmt.format(*b) for b in body]
+    # long QA answers: which path each sentence took (rag/answering/long.py), under the table
+    lines += [f"long_grounding {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v}" for k, v in r.long_grounding.items())
+              for r in rows if r.long_grounding]
     return "\n".join(lines)
 
 

@@ -222,3 +222,56 @@ def test_supported_sentence_rate_and_accuracy_through_evaluate_qa():
     assert res.metrics["accuracy"] == pytest.approx(2 / 3) and res.metrics["cited_invention_rate"] == 0.5
     short = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False)
     assert "supported_sentence_rate" not in short.metrics
+
+
+def test_long_grounding_paths_are_counted_in_the_result_json(tmp_path):
+    """Catches grounding paths lost between the pipeline's `Answer.grounding` and the eval JSON
+    (`long_grounding`), counted twice, or reported for runs that grounded nothing. The answers are
+    grounded by the real `rag.answering.long` (deterministic checks: no engine check without a threshold)."""
+    import asyncio
+    import json
+
+    from rag.answering.long import LongGrounding
+    from rag.config import RagConfig
+
+    p1 = Passage(marker=1, chunk_id="c1", doc_id="d1", text="The XR-200 drone has a flight time of 42 minutes.",
+                 score=1.0, title="XR-200 manual")
+    p2 = Passage(marker=2, chunk_id="c2", doc_id="d2", text="The XR-300 drone has a foldable frame.", score=0.5)
+
+    def grounded(question: str, written: str) -> Answer:
+        a = Answer(question=question, text="", passages=[p1, p2])
+        g = LongGrounding(None, RagConfig(), a, None)
+
+        async def run() -> str:
+            return await g.feed(written) + await g.finish()
+
+        a.text, a.grounding, a.refused = asyncio.run(run()), g.metadata(), g.refused
+        a.citations = [] if g.refused else [Citation(marker=1, chunk_id="c1", doc_id="d1", source="s")]
+        return a
+
+    answers = {
+        "How long does the XR-200 fly?": grounded("How long does the XR-200 fly?",
+                                                  "The XR-200 flies for 42 minutes [1]. It charges in 30 minutes [1]. "
+                                                  "The XR-200 has a flight time of 42 minutes."),
+        "What does the XR-200 cost?": grounded("What does the XR-200 cost?", "The XR-200 drone costs 900 euros [2]."),
+    }
+    items = [QAItem(id="a", question="How long does the XR-200 fly?", answers=["42 minutes"]),
+             QAItem(id="u", question="What does the XR-200 cost?", answers=[], is_impossible=True)]
+    assert answers["What does the XR-200 cost?"].refused  # nothing supported: the refusal
+    res = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False, sentences=True,
+                      answers_path=tmp_path / "answers.jsonl", cache=QueryCache(tmp_path / "cache.jsonl", "k"))
+    want = {"kept": 1, "recited": 1, "dropped_keyfact": 2, "dropped": 2, "answers": 2}
+    assert {k: v for k, v in res.long_grounding.items() if v} == want
+    assert json.loads(json.dumps(res.to_dict()))["long_grounding"] == res.long_grounding
+    assert res.metrics["cited_invention_rate"] == 0.0 and res.metrics["answer_recall"] == 1.0
+    rows = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert [s["path"] for s in rows[0]["grounding"]["sentences"]] == ["kept", "dropped_keyfact", "recited"]
+    again = evaluate_qa(items, lambda q: pytest.fail("answered again"), progress=False, warmup=False,
+                        sentences=True, cache=QueryCache(tmp_path / "cache.jsonl", "k"))
+    assert again.long_grounding == res.long_grounding  # the cache keeps the paths
+    plain = evaluate_qa(items, lambda q: Answer(question=q, text="42 minutes [1]", passages=[p1]), progress=False,
+                        warmup=False)
+    assert plain.long_grounding == {} and "long_grounding" not in plain.to_dict()
+    from eval.retrieval_eval import format_table
+
+    assert "kept 1, recited 1" in format_table(res) and "long_grounding" not in format_table(plain)
