@@ -53,7 +53,7 @@ class Block:
 
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 track_content: bool = False) -> None:
+                 track_content: bool = False, track_fresh: bool = False) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         self.caching = enable_prefix_caching
@@ -73,6 +73,8 @@ class BlockManager:
         self.evictions = 0
         # token tuple of a cached block -> ids of cached blocks holding it (cache_reuse only)
         self.by_content: dict[tuple[int, ...], set[int]] | None = {} if track_content else None
+        # blocks handed to a new owner since the last `take_fresh` (QUEST resets their key bounds)
+        self.pending_fresh: list[int] | None = [] if track_fresh else None
 
     # ---- accounting -------------------------------------------------------------------
     @property
@@ -110,6 +112,8 @@ class BlockManager:
             self.evictions += 1
         b.filled = 0
         self.mark_touched(b.block_id, zero=True)
+        if self.pending_fresh is not None:
+            self.pending_fresh.append(b.block_id)
         self._ref(b)
         return b
 
@@ -232,6 +236,13 @@ class BlockManager:
 
     def take_zeroes(self) -> list[int]:
         out, self.pending_zero = self.pending_zero, []
+        return out
+
+    def take_fresh(self) -> list[int]:
+        """Blocks given a new owner since the last call (each at most once); [] unless tracked."""
+        if not self.pending_fresh:
+            return []
+        out, self.pending_fresh = list(dict.fromkeys(self.pending_fresh)), []
         return out
 
     def take_copies(self) -> list[tuple[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +32,37 @@ class PassageCacheConfig(BaseModel):
     check_layer: int = Field(1, ge=0)
 
 
+class SparseAttentionConfig(BaseModel):
+    """`generator.engine.sparse_attention`: query-aware block-sparse decode attention (QUEST).
+
+    `method: quest` keeps per-block min/max of the keys beside the KV pool and, for each decode
+    token, attends exactly over only the KV blocks whose upper-bound score is highest, at most
+    `token_budget` tokens (whole blocks; the first and the current block always among them). Prefill and the
+    first `dense_layers` layers stay dense, as in the paper (the first layers' attention is not
+    sparse enough to skip blocks). `none` (or null) is plain dense attention.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["none", "quest"] = "none"
+    token_budget: int = Field(1024, ge=1)
+    dense_layers: int = Field(2, ge=0)
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _method(cls, v: object) -> object:
+        if v is None:
+            return "none"
+        if v not in ("none", "quest"):
+            raise ValueError(f"unknown sparse_attention.method {v!r}: use 'quest', or 'none' (or null) for dense "
+                             "attention")
+        return v
+
+    @property
+    def enabled(self) -> bool:
+        return self.method == "quest"
+
+
 class EngineConfig(BaseModel):
     """Knobs of the paged-KV engine.
 
@@ -46,6 +77,9 @@ class EngineConfig(BaseModel):
 
     `passage_cache` and `cache_reuse` reuse K/V at shifted positions (RoPE models only; the engine
     refuses them at start for a model without rotary embeddings).
+
+    `sparse_attention` (QUEST) makes long-context decode read only the most relevant KV blocks
+    (`inference.layers.quest`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -69,6 +103,16 @@ class EngineConfig(BaseModel):
     # llama.cpp --cache-reuse: reuse runs of >= N cached tokens found at another position of a new
     # prompt, K re-rotated by the position delta (0 = off; runs are whole cached blocks)
     cache_reuse: int = Field(0, ge=0)
+    sparse_attention: SparseAttentionConfig = Field(default_factory=SparseAttentionConfig)
+
+    @model_validator(mode="after")
+    def _sparse_budget(self) -> EngineConfig:
+        sa = self.sparse_attention
+        if sa.enabled and sa.token_budget < self.block_size:
+            raise ValueError(f"sparse_attention.token_budget {sa.token_budget} is smaller than one KV block "
+                             f"(block_size {self.block_size}): QUEST attends whole blocks, so the budget must "
+                             "hold at least one")
+        return self
 
     @field_validator("model")
     @classmethod

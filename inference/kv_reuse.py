@@ -134,6 +134,8 @@ class KVReuse:
                 self.shift_reused_tokens += n
         self._place(slots, segments)
         self._blend(seq, slots, start, end, segments)
+        if segments:  # the blend overwrote placed K in place: QUEST's running bounds would only widen
+            self.runner.refresh_bounds(seq.block_table, h, end)
         seq.num_computed_tokens = end
         if segments and self.recompute_ratio < 1.0:
             seq.hash_limit = min(s.dst for s in segments)

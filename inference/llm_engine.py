@@ -50,8 +50,13 @@ class LLMEngine:
         self.eos_token_ids = self._eos_ids()
         bs = config.block_size
         int8 = config.kv_cache_dtype == "int8"
-        per_block = kv_cache.bytes_per_block(len(self.model.layers), bs, self.model.num_kv_heads,
-                                             self.model.head_dim, int8, self.dtype)
+        sa = config.sparse_attention
+        n_layers = len(self.model.layers)
+        if sa.enabled and sa.dense_layers >= n_layers:
+            raise ValueError(f"sparse_attention.dense_layers {sa.dense_layers} leaves no sparse layer: this model "
+                             f"has {n_layers} layers (use fewer dense layers, or method: none)")
+        per_block = kv_cache.bytes_per_block(n_layers, bs, self.model.num_kv_heads, self.model.head_dim, int8,
+                                             self.dtype, bounded_layers=n_layers - sa.dense_layers if sa.enabled else 0)
         if config.num_blocks is not None:
             num_blocks = config.num_blocks
         else:
@@ -69,10 +74,13 @@ class LLMEngine:
             raise ValueError(f"passage_cache.max_gb {pc.max_gb} holds no KV block (one block is "
                              f"{per_block / 2**20:.2f} MiB for this model)")
         self.passage_cache_bytes = passage_blocks * per_block
-        self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching, track_content=config.cache_reuse > 0)
+        self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching, track_content=config.cache_reuse > 0,
+                               track_fresh=sa.enabled)
         self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8,
                                   use_cuda_graphs=not config.enforce_eager, max_num_seqs=config.max_num_seqs,
-                                  max_model_len=self.max_model_len, extra_blocks=passage_blocks)
+                                  max_model_len=self.max_model_len, extra_blocks=passage_blocks,
+                                  quest_dense_layers=sa.dense_layers if sa.enabled else None,
+                                  quest_blocks=sa.token_budget // bs)
         self.kv_reuse: KVReuse | None = None
         if reuse:
             store = PassageStore(self.runner.caches, self.runner.extra_block_base, passage_blocks, bs,
@@ -209,6 +217,7 @@ class LLMEngine:
         if batch.empty:
             return []
         self.runner.zero_blocks(self.bm.take_zeroes())
+        self.runner.reset_bounds(self.bm.take_fresh())  # before the copy-on-write copies their bounds
         self.runner.copy_blocks(self.bm.take_copies())
         for seq in batch.blends:  # prompt[:-1] with reused K/V; the last token runs in the batch
             self.kv_reuse.prefill(seq)
@@ -248,6 +257,9 @@ class LLMEngine:
             "passage_cache_hits": 0, "passage_cache_tokens_reused": 0, "recomputed_tokens": 0,
             "kv_shift_reused_tokens": 0, "passage_cache_bytes": self.passage_cache_bytes,
             **(self.kv_reuse.stats() if self.kv_reuse is not None else {}),
+            # QUEST: KV blocks (per decode token, sparse layer and KV head) not read / that dense would read
+            "sparse_blocks_skipped": self.runner.sparse_blocks_skipped,
+            "sparse_blocks_considered": self.runner.sparse_blocks_considered,
         }
 
     def clear_passage_cache(self) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from inference import kv_cache, prompt_logprobs
+from inference.layers import quest
 from inference.layers.metadata import AttentionMetadata, PrefillSpan
 from inference.scheduler import ScheduledBatch
 
@@ -35,18 +36,27 @@ class RunOutput:
 class ModelRunner:
     def __init__(self, model, num_blocks: int, block_size: int, dtype: torch.dtype, device: str,
                  int8_kv: bool, use_cuda_graphs: bool = False, max_num_seqs: int = 64,
-                 max_model_len: int = 4096, extra_blocks: int = 0) -> None:
+                 max_model_len: int = 4096, extra_blocks: int = 0, quest_dense_layers: int | None = None,
+                 quest_blocks: int = 0) -> None:
+        """`quest_dense_layers` set: QUEST sparse decode on the later layers, `quest_blocks` each."""
         self.model = model
         self.device = device
         self.block_size = block_size
         self.num_layers = len(model.layers)
         self.graphs = None
-        use_cuda_graphs = use_cuda_graphs and device.startswith("cuda") and not int8_kv and _triton_ok()
+        self.quest_blocks = quest_blocks if quest_dense_layers is not None else 0
+        self.sparse_layers = self.num_layers - quest_dense_layers if quest_dense_layers is not None else 0
+        self.sparse_blocks_skipped = 0  # per (decode token, sparse layer, KV head)
+        self.sparse_blocks_considered = 0
+        # a captured graph would freeze one step's selection sizes: QUEST decodes eagerly
+        use_cuda_graphs = use_cuda_graphs and device.startswith("cuda") and not int8_kv and _triton_ok() \
+            and not self.sparse_layers
         # one extra scratch block (never handed out) absorbs K/V writes of CUDA-graph padding rows;
         # `extra_blocks` after it are the passage cache's region (its own allocator, never the BlockManager's)
         self.extra_block_base = num_blocks + int(use_cuda_graphs)
         self.caches = kv_cache.allocate(self.num_layers, self.extra_block_base + extra_blocks, block_size,
-                                        model.num_kv_heads, model.head_dim, dtype, device, int8_kv)
+                                        model.num_kv_heads, model.head_dim, dtype, device, int8_kv,
+                                        quest_dense_layers, quest_blocks)
         model.set_kv_caches(self.caches)
         if use_cuda_graphs:
             from inference.cuda_graph import DecodeGraphs
@@ -66,6 +76,25 @@ class ModelRunner:
         for src, dst in pairs:
             for c in self.caches:
                 c.copy_block(src, dst)
+
+    def reset_bounds(self, ids: list[int]) -> None:
+        """QUEST: blocks with a new owner start with empty key bounds (before any copy into them)."""
+        if ids and self.sparse_layers:
+            t = torch.tensor(ids, dtype=torch.long, device=self.device)
+            for c in self.caches:
+                c.reset_bounds(t)
+
+    def refresh_bounds(self, table: list[int], start: int, end: int) -> None:
+        """QUEST: recompute the key bounds of the blocks holding positions [start, end) of a
+        sequence whose K there was overwritten in place (their fill is what `end` leaves)."""
+        if not self.sparse_layers or end <= start:
+            return
+        bs = self.block_size
+        first, last = start // bs, -(-end // bs)
+        ids = torch.tensor(table[first:last], dtype=torch.long, device=self.device)
+        fills = torch.tensor([min(bs, end - i * bs) for i in range(first, last)], device=self.device)
+        for c in self.caches:
+            c.refresh_bounds(ids, fills)
 
     def slots_of(self, table: list[int], start: int, end: int) -> torch.Tensor:
         """Flat pool slots of positions [start, end) of a block table."""
@@ -125,6 +154,11 @@ class ModelRunner:
             meta.decode_ctx_lens = lens.to(dev)
             meta.decode_mask = mask[:, None, None, :].to(dev)
             meta.decode_contiguous = decode_rows == list(range(nbd))
+            if self.sparse_layers:
+                skipped = quest.skipped_blocks(decode_lens, bs, self.quest_blocks)
+                per_layer = self.sparse_layers * self.model.num_kv_heads
+                self.sparse_blocks_skipped += skipped * per_layer
+                self.sparse_blocks_considered += sum(-(-n // bs) for n in decode_lens) * per_layer
             if dev == "cpu" and nbd >= CASCADE_MIN_ROWS:
                 self._plan_cascade(meta, table, lens)
         input_ids = torch.tensor(ids, dtype=torch.long, device=dev)

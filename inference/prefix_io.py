@@ -57,6 +57,7 @@ def load_prefix_cache(engine, path: str | os.PathLike) -> int:
             if c.int8:
                 c.k_scale[bid] = data["k_scale"][li][j]
                 c.v_scale[bid] = data["v_scale"][li][j]
+        engine.runner.refresh_bounds([bid], 0, engine.bm.block_size)  # QUEST key bounds of the full block
         restored += 1
     return restored
 

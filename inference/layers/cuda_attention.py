@@ -6,6 +6,8 @@ Order of preference:
 2. our Triton paged-decode kernel (one program per (sequence, query head), online softmax over the
    sequence's blocks read straight from the pool: no gather, no padding);
 3. otherwise None, and the caller uses the torch gather+SDPA path, which also runs on CUDA.
+QUEST sparse decode layers take the Triton kernels (`quest_scores`, `sparse_decode`) even when
+flash-attn is installed, or the torch reference (`quest.py`) without Triton.
 Prefill spans go through torch SDPA (flash / memory-efficient kernels on CUDA) in all cases.
 """
 
@@ -17,6 +19,7 @@ import math
 import torch
 
 from inference.kv_cache import LayerKVCache
+from inference.layers import quest
 from inference.layers.metadata import AttentionMetadata
 from inference.layers.paged_ops import prefill_attention, torch_paged_attention
 
@@ -48,20 +51,27 @@ def _prefills(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out
 
 
 def _triton_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
-    from inference.layers.triton_decode import paged_decode
+    from inference.layers.triton_decode import paged_decode, quest_scores, sparse_decode
 
     out = torch.empty_like(q)
     if meta.num_decodes:
         qd = q.index_select(0, meta.decode_idx)
-        od = paged_decode(qd, cache.k, cache.v, meta.decode_block_tables, meta.decode_ctx_lens,
-                          1.0 / math.sqrt(q.shape[-1]))
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if quest.active(cache, meta):  # QUEST: bounds kernel, top-k, attention over the selection only
+            scores = quest_scores(qd, cache.k_min, cache.k_max, meta.decode_block_tables, meta.decode_ctx_lens,
+                                  cache.block_size)
+            sel = quest.select_blocks(scores, cache.quest_blocks)
+            od = sparse_decode(qd, cache.k, cache.v, meta.decode_block_tables, sel, meta.decode_ctx_lens, scale)
+        else:
+            od = paged_decode(qd, cache.k, cache.v, meta.decode_block_tables, meta.decode_ctx_lens, scale)
         out.index_copy_(0, meta.decode_idx, od)
     _prefills(q, cache, meta, out)
     return out
 
 
 def _flash_attn_forward(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
-    if cache.block_size % 256:  # flash-attn's paged kernel cannot read these blocks
+    # flash-attn's paged kernel cannot read these blocks, nor a QUEST selection
+    if cache.block_size % 256 or quest.active(cache, meta):
         return _triton_forward(q, cache, meta) if importlib.util.find_spec("triton") else _torch(q, cache, meta)
     from flash_attn import flash_attn_with_kvcache
 

@@ -6,6 +6,7 @@ signature can drift under one caller (a CUDA prefill once called a stale 4-argum
 
 Decode rows are gathered block-wise into one padded batch and run as a single SDPA call, with the
 query heads of each KV head folded into the query-length axis so GQA needs no K/V expansion.
+With QUEST on (`quest.py`) a sparse layer's decode reads only its selected blocks instead.
 Prefill chunks gather their own context; a chunk on top of a cached prefix folds GQA the same way
 and runs the CPU flash kernel with the offset causal mask as a bias (~13% faster than SDPA's GQA
 path at 465 x 1,465, same numbers).
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.kv_cache import LayerKVCache
+from inference.layers import quest
 from inference.layers.metadata import AttentionMetadata, PrefillSpan
 
 
@@ -36,7 +38,9 @@ def decode_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetada
     b = meta.num_decodes
     qd = q[:b] if meta.decode_contiguous else q.index_select(0, meta.decode_idx)
     qd = qd.view(b, hk, hq // hk, d)  # query heads of one KV head share its K/V
-    if meta.shared_blocks is not None:
+    if quest.active(cache, meta):  # sparse layer, context over the budget: top blocks only
+        o = quest.quest_decode(qd, cache, meta)
+    elif meta.shared_blocks is not None:
         o = cascade_decode(qd, cache, meta)
     else:
         k, v = cache.gather_blocks(meta.decode_block_tables)  # [B, L, Hk, D]
