@@ -76,6 +76,10 @@ class Answer:
     # long mode with `answer.long_grounding` on: the mode, each sentence the model wrote with the path
     # it took (kept, recited, dropped_keyfact, dropped_unsupported, ...) and the count of each path
     grounding: dict[str, Any] = field(default_factory=dict)
+    # grounded short answers: what decided give-or-refuse (`ShortAnswerPolicy.calibration`): calibrated
+    # false when no calibration entry covers the question's language and the decoder's own no-answer
+    # path decided; `by` (refusal_model, thresholds, config, decoder) and the question's `language`
+    refusal_calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
     def standalone_question(self) -> str:

@@ -114,7 +114,8 @@ class ShortAnswerPolicy:
     run fits)."""
 
     def __init__(self, entry: CalibrationEntry | None = None, answer: AnswerConfig | None = None,
-                 refusal: str = DEFAULT_REFUSAL, record: bool = False):
+                 refusal: str = DEFAULT_REFUSAL, record: bool = False, language: str = ""):
+        self.language = language
         self.entry = entry = entry or CalibrationEntry()
         # a copy: the policy is built once, so a later change to the live config must not half-apply
         self.answer = ac = answer.model_copy() if answer is not None else AnswerConfig()
@@ -129,6 +130,24 @@ class ShortAnswerPolicy:
             ac.refuse_margin if ac.refuse_margin is not None else entry.refuse_margin)
         self.selector: SpanSelector | None = None if record else entry.span_selector
         self.probe: AnswerabilityProbe | None = entry.probe
+
+    @property
+    def calibration(self) -> dict[str, str | bool]:
+        """What decides this policy's refusals, for the answer's metadata (`Answer.refusal_calibration`):
+        `calibrated` false means no calibration entry covers the question's language (or the generator
+        has none) and the decoder's own no-answer path decides, so a reader knows the refusal was not
+        fitted for it. `by`: refusal_model, thresholds (the entry's span thresholds), config (the
+        user's `answer.refuse_*`) or decoder."""
+        ac, e = self.answer, self.entry
+        if ac.refuse_margin is not None or ac.refuse_min_logprob is not None:
+            by = "config"
+        elif self.refusal_model is not None:
+            by = "refusal_model"
+        elif e.refuse_margin is not None or e.refuse_min_logprob is not None:
+            by = "thresholds"
+        else:
+            by = "decoder"
+        return {"calibrated": by != "decoder", "by": by, "language": self.language}
 
     @property
     def runs_checks(self) -> bool:
@@ -218,5 +237,5 @@ class Policies:
                                    cfg.generator.engine.model, language=lang)
                 if self.record:
                     entry = replace(entry, probe=self._probe)
-                self._by_language[lang] = ShortAnswerPolicy(entry, cfg.answer, cfg.prompt.refusal, self.record)
+                self._by_language[lang] = ShortAnswerPolicy(entry, cfg.answer, cfg.prompt.refusal, self.record, lang)
             return self._by_language[lang]

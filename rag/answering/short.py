@@ -48,6 +48,7 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
         return policies.plain.judge(Candidate(streamed, {}, _first_source(streamed, bodies),
                                               says_refusal(streamed, cfg.refusal)))
     policy = policies.for_question(answer.question)
+    answer.refusal_calibration = policy.calibration
     signals = span_signals(span)
     text = span.answer_text()  # whole words even when max_tokens cut the span
     if policy.runs_checks and not span.refused and gave_span(text, signals):
@@ -72,6 +73,7 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     from ..answerability import answer_check, passage_signals
 
     q = answer.standalone_question
+    answer.refusal_calibration = policy.calibration
     bodies = _bodies(cfg, answer)
     cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans)
     t1 = time.perf_counter()
