@@ -245,6 +245,9 @@ def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any) ->
     """The grounding of one long answer, None with `long_grounding: off` (the answer as generated)."""
     if cfg.answer.long_grounding == "off":
         return None
-    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry))
+    # The check reads the yes/no candidates' log-probabilities, which a backend that does not own the
+    # decoding loop (remote) refuses as it refuses logits processors: there, the deterministic checks only.
+    own_loop = getattr(generator, "supports_logits_processors", False)
+    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None)
 
 

@@ -207,3 +207,23 @@ def test_off_leaves_the_answer_as_generated(pipeline):
     assert off.grounding == {}
     written = [s["text"] for s in strict.grounding["sentences"]]
     assert written and " ".join(written) in " ".join(off.text.split())
+
+
+def test_engine_check_threshold_comes_from_the_calibration_entry(pipeline, tmp_path):
+    """Catches an engine check asked of an uncalibrated model (SmolLM2's yes/no is noise), a default
+    threshold that is not the model's own (the 0.5B's check_answer sits near -1.2 on every answer,
+    so 0 would drop them all), a configured threshold ignored, or `off` still grounding."""
+    from rag.answering.long import check_threshold, grounding_for
+    from rag.calibration import load_entry
+
+    cfg = pipeline.cfg
+    qwen = load_entry(tmp_path / "none.json", "qwen2.5-0.5b", language="en")
+    model = qwen.refusal_model
+    i = model.features.index("check_answer")
+    assert check_threshold(cfg, qwen) == pytest.approx(model.mean[i] - model.std[i], abs=1e-3)
+    assert check_threshold(cfg, qwen) < 0
+    assert check_threshold(cfg, load_entry(tmp_path / "none.json", "smollm2", language="en")) is None
+    assert check_threshold(_cfg(pipeline, long_check_min=0.5), None) == 0.5
+    a = _answer("Who is the harbour master?", [HARBOUR])
+    assert grounding_for(pipeline.generator, cfg, a, qwen).check_min == check_threshold(cfg, qwen)
+    assert grounding_for(pipeline.generator, _cfg(pipeline, long_grounding="off"), a, qwen) is None
