@@ -41,9 +41,12 @@ def register(sub) -> None:
     q.set_defaults(func=run_qa)
     c = esub.add_parser("calibrate", help="choose the refusal threshold on questions the reported eval does not score")
     add_config_args(c)
-    c.add_argument("--dataset", required=True, metavar="DIR")
-    c.add_argument("--split", default="dev")
-    c.add_argument("--limit", type=int, default=80, help="calibration questions to answer")
+    c.add_argument("--dataset", required=True, action="append", metavar="DIR[:SPLIT]",
+                   help="a QA set; repeat it (or separate with commas) to calibrate on a mix of domains, each held "
+                        "out in turn by the leave-one-domain-out CV (generated own-corpus sets: python -m "
+                        "eval.synth_own)")
+    c.add_argument("--split", default="dev", help="split of a --dataset given without :SPLIT (generated sets: train)")
+    c.add_argument("--limit", type=int, default=80, help="calibration questions to answer (per dataset)")
     c.add_argument("--seed", type=int, default=1, help="seed of the calibration sample")
     c.add_argument("--exclude-limit", type=int, default=100,
                    help="leave out the questions of `rag eval qa --limit N --sample --seed S` (this N)")
@@ -57,6 +60,10 @@ def register(sub) -> None:
     c.add_argument("--refit", metavar="POINTS",
                    help="fit from the --points file of an earlier run (same model and flags) instead of answering "
                         "the questions again")
+    c.add_argument("--features", choices=["transfer", "squad"], default=None,
+                   help="refusal/selector features: transfer (no rank- or length-dependent signal; the default "
+                        "for a mix) or squad (those of the SQuAD-only entries; the default for one dataset)")
+    c.add_argument("--json", metavar="OUT", help="write the fitted entry and the leave-one-domain-out CV here")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=run_calibrate)
     pr = esub.add_parser("probe", help="train the answerability probe on question/passage pairs outside the "
@@ -159,9 +166,16 @@ def run_qa(args: argparse.Namespace) -> int:
 
     cfg = config_from(args)
     items = load_qa(args.dataset, args.split, limit=args.limit, sample=args.sample, seed=args.seed)
+    # a generated own-corpus set asks each question over its group's passages only (`QAItem.filters`)
+    groups = {it.question: it.filters for it in items if it.filters}
+    if len(groups) < len({(it.question, it.group) for it in items if it.filters}):
+        print("error: a question of this generated set is asked over two groups (a HotpotQA/SciFact twin); "
+              "`rag eval qa` answers by question text: score it with `rag eval calibrate --json`",
+              file=sys.stderr)
+        return 2
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:
-        res = evaluate_qa(items, answer_fn(pipe, args.mode), progress=not args.no_progress,
+        res = evaluate_qa(items, answer_fn(pipe, args.mode, groups), progress=not args.no_progress,
                           dataset=Path(args.dataset).name, split=args.split,
                           config={**_config_summary(args), "mode": args.mode}, concurrency=args.concurrency,
                           answers_path=args.answers, sentences=args.mode == "long")
