@@ -102,8 +102,9 @@ class Judged:
 
     def to_dict(self) -> dict[str, Any]:
         d = {"text": self.written, "path": self.path, "markers": self.markers}
-        d.update({k: v for k, v in (("missing", self.missing), ("overlap", self.overlap), ("check", self.check),
-                                    ("cited_as", self.text if self.path == RECITED else None)) if v})
+        d.update({k: v for k, v in (("missing", self.missing or None), ("overlap", self.overlap),
+                                    ("check", self.check), ("cited_as", self.text if self.path == RECITED else None))
+                  if v is not None})
         return d
 
 
@@ -164,7 +165,7 @@ class LongGrounding:
             self._prefix = ""
             self.judged.append(j)
             if j.path in SHOWN:
-                piece = (gap or " ") + j.text if self.text else j.text
+                piece = gap + j.text if self.text else j.text  # the whitespace as written ("" after 。)
                 self.text += piece
                 out.append(piece)
         return "".join(out)

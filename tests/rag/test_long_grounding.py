@@ -150,6 +150,8 @@ def test_chinese_answer_keeps_the_right_year_and_drops_an_invented_one(pipeline)
     g, shown = _ground(pipeline, text, [TEMPLE], "龍山寺建於哪一年？", step=1)
     assert _paths(g) == ["kept", "dropped_keyfact"]
     assert shown == "龍山寺建於西元1738年 [1]。"
+    g, shown = _ground(pipeline, "龍山寺建於西元1738年 [1]。臺北市是中華民國的首都 [1]。", [TEMPLE], "龍山寺建於哪一年？")
+    assert _paths(g) == ["kept", "kept"] and shown == "龍山寺建於西元1738年 [1]。臺北市是中華民國的首都 [1]。"  # no space added
 
 
 def test_stream_never_shows_a_dropped_sentence(pipeline):
