@@ -19,6 +19,11 @@ def command(sub: Any, name: str, help: str, func: Any) -> argparse.ArgumentParse
 
 
 def config_from(args: argparse.Namespace) -> RagConfig:
+    """The command's config; a command run with `--no-progress` also silences the libraries' own bars."""
+    if getattr(args, "no_progress", False):
+        from ._progress import silence_library_bars
+
+        silence_library_bars()
     return load_config(args.config, args.overrides)
 
 

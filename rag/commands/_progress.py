@@ -33,3 +33,14 @@ def index_progress(desc: str, enabled: bool = True) -> Iterator[Callable[[int, i
     finally:
         if bar is not None:
             bar.close()
+
+
+def silence_library_bars() -> None:
+    """Switch off the bars transformers and huggingface_hub draw themselves (transformers' "Loading
+    weights" when an embedder or reranker loads), so `--no-progress` leaves stderr without bars.
+    Process-wide: a command runs once per process."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
