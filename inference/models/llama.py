@@ -12,6 +12,8 @@ keep the torch ops, which match transformers bit for bit.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -145,8 +147,9 @@ class LlamaForCausalLM(nn.Module):
 
     def enable_fused_ops(self) -> None:
         """Run the layers with the native fused ops (CPU, float32 activations; see the module
-        docstring). A no-op where the kernels are not available."""
-        if not _ops().available():
+        docstring). A no-op where the kernels are not available, or with RAG_FUSED_OPS=0 (the
+        torch ops, for comparisons)."""
+        if not _ops().available() or os.environ.get("RAG_FUSED_OPS") == "0":
             return
         self.fused = True
         for layer in self.layers:
