@@ -109,24 +109,37 @@ def fit_refusal_model(points: Sequence[Point], max_false_refusal: float = 0.15,
     (ties keep the higher cut: fewer refusals)."""
     if not points:
         raise ValueError("no calibration points")
-    feats = [f for f in features if all(f in p.signals for p in points)]
+    # A question refused before any span was decoded (no passage in its group survived retrieval or
+    # compression) is a refusal whatever the model says: it is scored as one and not fitted on.
+    live = [gave_span_point(p) for p in points]
+    spans = [p for p, ok in zip(points, live) if ok]
+    if not spans:
+        raise ValueError("no calibration question was answered with a span")
+    feats = [f for f in features if all(f in p.signals for p in spans)]
     if not feats:
         raise ValueError("the calibration points carry none of the refusal signals " + ", ".join(features))
-    x = np.array([[p.signals[f] for f in feats] for p in points], dtype=np.float64)
-    y = np.array([p.impossible for p in points], dtype=np.float64)
+    x = np.array([[p.signals[f] for f in feats] for p in spans], dtype=np.float64)
+    y = np.array([p.impossible for p in spans], dtype=np.float64)
     mean, std = x.mean(0), x.std(0)
     std[std == 0] = 1.0
     coef, bias = _logistic((x - mean) / std, y, l2)
     score = ((x - mean) / std) @ coef + bias
     best: dict | None = None
     for t in reversed(_cands(list(score))):
-        s = _score_refusals(points, score >= t)
+        cut = iter(score >= t)
+        s = _score_refusals(points, [bool(next(cut)) if ok else True for ok in live])
         if s["false_refusal"] <= max_false_refusal and (best is None or s["f1"] > best["f1"] + 1e-12):
             best = {"threshold": float(t), **s}
     assert best is not None  # the top cut refuses nothing, so it always qualifies
     model = {"features": feats, "mean": mean.tolist(), "std": std.tolist(), "coef": coef.tolist(),
              "bias": bias, "threshold": best.pop("threshold")}
     return {"refusal_model": model, **best, "n": float(len(points))}
+
+
+def gave_span_point(p: Point) -> bool:
+    """Whether a calibration point's answer was a decoded span (signals recorded, `span_tokens` > 0
+    where recorded): the others were refused before decoding and are refusals under any model."""
+    return bool(p.signals) and bool(p.signals.get(SPAN_TOKENS, 1))
 
 
 def _score_refusals(points: Sequence[Point], refused: Sequence[bool]) -> dict[str, float]:
@@ -198,8 +211,10 @@ def decide(points: Sequence[Point], entry: dict) -> list[tuple[Point, bool]]:
     policy = ShortAnswerPolicy(CalibrationEntry(refusal_model=RefusalModel.from_dict(entry["refusal_model"])))
     out = []
     for p in select_candidates(points, entry.get("span_selector")):
-        d = policy.judge(Candidate("span" if p.signals.get(SPAN_TOKENS, 1) else "", dict(p.signals),
-                                   refused=not p.signals.get(SPAN_TOKENS, 1)))
+        if not gave_span_point(p):
+            out.append((p, True))
+            continue
+        d = policy.judge(Candidate("span", {SPAN_TOKENS: 1.0, **p.signals}))
         out.append((p, d.refused))
     return out
 

@@ -169,7 +169,7 @@ def run_qa(args: argparse.Namespace) -> int:
     # a generated own-corpus set asks each question over its group's passages only (`QAItem.filters`)
     groups = {it.question: it.filters for it in items if it.filters}
     if len(groups) < len({(it.question, it.group) for it in items if it.filters}):
-        print("error: a question of this generated set is asked over two groups (a HotpotQA/SciFact twin); "
+        print("error: a question of this generated set is asked over two groups; "
               "`rag eval qa` answers by question text: score it with `rag eval calibrate --json`",
               file=sys.stderr)
         return 2

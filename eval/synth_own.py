@@ -355,10 +355,12 @@ def _rewrites(g: Group, answerable: list[dict[str, Any]], texts: list[str], titl
 
 
 def _multi_groups(source: Source, cfg: SynthConfig, rng: random.Random) -> list[Group]:
-    """HotpotQA (two supporting paragraphs) and SciFact claims (their abstracts): a group holds a
-    question's gold passages plus distractors (HotpotQA: its own context paragraphs) and is
-    answerable; its twin without the gold that holds the answer (SciFact: without any gold) makes
-    the same question a neighbouring-fact negative."""
+    """HotpotQA (two supporting paragraphs) and SciFact claims (their abstracts). Groups alternate:
+    an answerable one holds the question's gold passages plus distractors (HotpotQA: its own context
+    paragraphs); a neighbouring-fact one holds the same kind of group without the gold that holds the
+    answer (SciFact: without any gold), so the question is unsupported there. Each question gets one
+    of the two, never both: a copied passage would be dropped by the ingest's duplicate filter and
+    leave its group empty."""
     rows = sorted(source.multi, key=lambda r: str(r["id"]))
     rng.shuffle(rows)
     all_docs = sorted(source.docs)
@@ -376,29 +378,28 @@ def _multi_groups(source: Source, cfg: SynthConfig, rng: random.Random) -> list[
             continue
         size = rng.randint(max(cfg.group_min, len(golds) + 1), cfg.group_max)
         ctx = [d for d in r.get("context_doc_ids") or [] if d in source.docs and d not in golds and d not in used]
-        if len(ctx) < size - len(golds):
+        if len(ctx) < size:
             ctx += [d for d in rng.sample(all_docs, min(len(all_docs), 8 * size)) if d not in golds and d not in used
                     and d not in ctx]
-        take = golds + ctx[: size - len(golds)]
-        rng.shuffle(take)
         gid = f"{source.name}-{len(groups):03d}"
-        g = Group(gid, [Passage(d, source.docs[d].title, source.docs[d].text) for d in take])
-        _add(g, r, "answerable", r["question"], answers, False, golds[0], golds)
-        texts = [f"{p.title}\n{p.text}" for p in g.passages]
-        _rewrites(g, [r], texts, sorted({p.title for p in g.passages}), pool, cfg, rng)
-        # the twin: the same question over the group without its answer's passage
-        keep = [d for d in take if d not in golds] if not answers else \
-            [d for d in take if not (d in golds and contains_answer(source.docs[d].text, answers))]
-        twin_texts = [f"{source.docs[d].title}\n{source.docs[d].text}" for d in keep]
+        if len(groups) % 2 == 0:  # answerable: the golds and distractors
+            take = golds + ctx[: size - len(golds)]
+            rng.shuffle(take)
+            g = Group(gid, [Passage(d, source.docs[d].title, source.docs[d].text) for d in take])
+            _add(g, r, "answerable", r["question"], answers, False, golds[0], golds)
+            texts = [f"{p.title}\n{p.text}" for p in g.passages]
+            _rewrites(g, [r], texts, sorted({p.title for p in g.passages}), pool, cfg, rng)
+        else:  # neighbouring fact: without the gold that holds the answer
+            keep = [] if not answers else [d for d in golds if not contains_answer(source.docs[d].text, answers)]
+            take = keep + ctx[: size - len(keep)]
+            rng.shuffle(take)
+            texts = [f"{source.docs[d].title}\n{source.docs[d].text}" for d in take]
+            if len(take) < cfg.group_min or (answers and not unsupported(texts, answers=answers)):
+                continue
+            g = Group(gid, [Passage(d, source.docs[d].title, source.docs[d].text) for d in take])
+            _add(g, r, "neighbour", r["question"], [], True)
         used.update(take)
         groups.append(g)
-        if len(keep) >= cfg.group_min and len(keep) < len(take) and \
-                (not answers or unsupported(twin_texts, answers=answers)) and len(groups) < cfg.groups:
-            tid = f"{source.name}-{len(groups):03d}"
-            # the twin's passages are copies (a passage belongs to one group: `metadata.group`)
-            t = Group(tid, [Passage(f"{d}@{tid}", source.docs[d].title, source.docs[d].text) for d in keep])
-            _add(t, r, "neighbour", r["question"], [], True)
-            groups.append(t)
     return groups
 
 

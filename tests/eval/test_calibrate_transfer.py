@@ -182,3 +182,18 @@ def test_eval_qa_asks_a_generated_set_group_by_group(tmp_path, capsys):
     qa.write_text("\n".join([*lines, json.dumps({**twin, "id": "twin", "group": other})]) + "\n")
     assert main(["eval", "qa", "--dataset", str(synth), "--split", "train", *common]) == 2
     assert "two groups" in capsys.readouterr().err
+
+
+def test_a_question_refused_before_decoding_is_a_refusal_not_a_missing_feature():
+    """Catches one point without signals (its group had no passage left, so nothing was decoded)
+    wiping every feature out of the fit (the 0.5B smoke crashed on it), and such a point counted as
+    answered in the CV."""
+    pts = _points()
+    empty = Point(0.0, True, 0.0, 0.0, {}, [], "a")
+    fitted = fit_entry([*pts, empty], 0.15, TRANSFER_REFUSAL_FEATURES, TRANSFER_SELECTOR_FEATURES)
+    assert CHECK_PASSAGE in fitted["refusal_model"]["features"]
+    assert decide([empty], fitted)[0][1] is True
+    with_it = transfer_scores(decide([p for p in pts if p.domain == "a"] + [empty], fitted))
+    alone = transfer_scores(decide([p for p in pts if p.domain == "a"], fitted))
+    assert with_it["n_unanswerable"] == alone["n_unanswerable"] + 1
+    assert with_it["refusal_acc"] >= alone["refusal_acc"]  # the empty one is a refusal

@@ -155,11 +155,13 @@ def test_test_split_refused_and_dev_keeps_the_reported_sample_out(tmp_path):
 
 @pytest.mark.parametrize("name", ["squad_v2_half", "drcd", "hotpotqa_pooled", "scifact"])
 def test_real_datasets_make_groups_with_checked_negatives(shared_datasets, tmp_path, name):
-    """Catches a source layout the generator cannot read (HotpotQA's two golds, SciFact's claims)
-    and twin groups sharing passages (one `metadata.group` per passage)."""
+    """Catches a source layout the generator cannot read (HotpotQA's two golds, SciFact's claims),
+    groups sharing passages (one `metadata.group` per passage) and copied passages."""
     out = generate(shared_datasets / name, tmp_path / name, SynthConfig(groups=4, seed=1))
     corpus, qa, by_group = _read(out)
     assert len({d["_id"] for d in corpus}) == len(corpus)
+    # no passage text twice: the ingest's duplicate filter would drop the copy and empty its group
+    assert len({d["text"] for d in corpus}) == len(corpus)
     assert any(r["is_impossible"] for r in qa) and any(not r["is_impossible"] for r in qa)
     qa_files = sorted((shared_datasets / name / "qa").glob("*.jsonl"))
     gold = {str(r["id"]): r.get("answers") or [] for f in qa_files for r in read_jsonl(f)}
