@@ -6,7 +6,7 @@ store's guarantees: every sync writes its changes in one transaction (`graph_wri
 killed at any point leaves the graph exactly as the last completed sync left it. The state is per
 chunk (the hash of the text it was extracted from, its mentions, its triples); entities carry
 their community label and embedding; summaries are keyed by community label with a hash of the
-members they were written for. `retrieval/graph.py` owns what the rows mean; the stores only keep
+members they were written for. `retrieval/graph/` owns what the rows mean; the stores only keep
 them, so indexing still imports nothing above itself.
 """
 

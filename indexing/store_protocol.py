@@ -54,7 +54,7 @@ class DocumentStoreProtocol(Protocol):
 
     def list_dropped(self, collection: str | None = None, limit: int | None = None) -> list[dict[str, Any]]: ...
 
-    # ---- entity graph (indexing/graph_rows.py; meaning in retrieval/graph.py) ----------------
+    # ---- entity graph (indexing/graph_rows.py; meaning in retrieval/graph/) ------------------
     def graph_load(self, collection: str = "default") -> GraphState:
         """The collection's graph rows as one consistent snapshot."""
         ...

@@ -1,6 +1,6 @@
 """The engine side of the entity graph: LLM triple extraction and community summaries.
 
-`retrieval/graph.py` cannot import the engine (retrieval sits below inference in the import
+`retrieval/graph/` cannot import the engine (retrieval sits below inference in the import
 rules), so it asks a `GraphLLM` for raw replies and parses them itself (retrieval/triples.py);
 this module is that `GraphLLM` over a `rag.generation.Generator`. Why it is shaped like this:
 

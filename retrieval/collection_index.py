@@ -2,7 +2,7 @@
 
 Layout: `<index_root>/<collection>/manifest.json` plus one generation directory `gen-N/` holding
 `bm25/` (npy arrays, memory-mapped on load), `dense.faiss`, `ids.npy` and `hashes.npy`. With
-`retrieval.graph` the entity graph lives in the document store's own tables (retrieval/graph.py,
+`retrieval.graph` the entity graph lives in the document store's own tables (retrieval/graph/,
 indexing/graph_rows.py), written in one transaction per sync before the files. A save writes
 a complete new generation, then atomically replaces the manifest (temp file + rename) to point at
 it, then deletes older generations: a crash at any point leaves the previous consistent index.

@@ -154,7 +154,7 @@ class RouterConfig(_Strict):
 
 
 class GraphConfig(_Strict):
-    """Entity co-occurrence graph built beside BM25/FAISS from the same chunks (retrieval/graph.py).
+    """Entity co-occurrence graph built beside BM25/FAISS from the same chunks (retrieval/graph/).
 
     `enabled` fuses the graph's ranking into every mode's weighted RRF (`fusion.weights.graph`);
     `mode: graph` ranks by the graph alone and builds it even when `enabled` is false."""
