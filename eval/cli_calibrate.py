@@ -51,7 +51,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     model = cfg.generator.engine.model
     path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
     names = [s.domain for s in sets]
-    entry = {**best, "dataset": "+".join(Path(s.path).name for s in sets), "split": "+".join(s.split for s in sets),
+    entry = {**best, "dataset": "+".join(("own:" if s.domain == "own" else "") + Path(s.path).name for s in sets), "split": "+".join(s.split for s in sets),
              "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
              "quantization": cfg.generator.engine.quantization, "features": features,
              "dtype": _resolved_dtype(cfg), "languages": _languages(items),
