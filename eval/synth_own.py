@@ -27,21 +27,25 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from eval.answers import contains_answer, is_cjk, normalize_zh
+from eval.answers import contains_answer, is_cjk
 from eval.datasets import CorpusDoc, load_corpus, load_qrels, load_queries, read_jsonl, sample_ids
-from retrieval.entities import extract, normalize
+from eval.synth_negatives import entity_negative, number_negative, text_names, unsupported
+from eval.synth_set import NEGATIVE_KINDS, Group, Kind, Passage, SynthQuestion, load_group_ids, write_set
+from retrieval.entities import normalize
 
-Kind = Literal["answerable", "neighbour", "entity", "number", "own"]
-NEGATIVE_KINDS: tuple[str, ...] = ("neighbour", "entity", "number", "own")
+# the negatives and the set's types and files live in synth_negatives.py / synth_set.py
+__all__ = ["NEGATIVE_KINDS", "TRAIN_SPLITS", "Group", "Kind", "Passage", "Source", "SynthConfig", "SynthQuestion",
+           "build_groups", "entity_negative", "generate", "load_group_ids", "load_source", "number_negative",
+           "unsupported", "write_set"]
+
 TRAIN_SPLITS = ("train", "trial")
 
 
@@ -58,64 +62,6 @@ class SynthConfig(BaseModel):
     # the reported sample left out of a dev-only dataset: `rag eval qa --limit L --sample --seed S`
     exclude_limit: int = Field(100, ge=0)
     exclude_seed: int = 0
-
-
-@dataclass
-class Passage:
-    doc_id: str
-    title: str
-    text: str
-
-
-@dataclass
-class SynthQuestion:
-    id: str
-    question: str
-    answers: list[str]
-    is_impossible: bool
-    group: str
-    kind: str
-    gold_doc_id: str = ""
-    gold_doc_ids: list[str] = field(default_factory=list)
-    source_id: str = ""  # the dataset question it was made from
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "question": self.question, "answers": self.answers,
-                "is_impossible": self.is_impossible, "gold_doc_id": self.gold_doc_id,
-                "gold_doc_ids": self.gold_doc_ids, "title": "", "group": self.group, "kind": self.kind,
-                "source_id": self.source_id}
-
-
-@dataclass
-class Group:
-    id: str
-    passages: list[Passage]
-    questions: list[SynthQuestion] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(f"{p.title}\n{p.text}" for p in self.passages)
-
-
-def unsupported(group_texts: Sequence[str], answers: Sequence[str] = (), names: Sequence[str] = (),
-                numbers: Sequence[str] = ()) -> bool:
-    """Whether nothing in the group's passages supports a negative: no passage contains a gold
-    answer, the swapped-in name (normalised, CJK by characters) or the rewritten number (as a whole
-    number). The one test every negative passes before it is kept."""
-    for t in group_texts:
-        if answers and contains_answer(t, answers):
-            return False
-        if any(_mentions(t, n) for n in names):
-            return False
-        if any(re.search(rf"(?<![\d.,]){re.escape(n)}(?![\d])", t) for n in numbers):
-            return False
-    return True
-
-
-def _mentions(text: str, name: str) -> bool:
-    if is_cjk(name):
-        return normalize_zh(name) in normalize_zh(text)
-    return f" {normalize(name)} " in f" {normalize(text)} "
 
 
 # ----- sources: topics (related passages) and their questions -----
@@ -200,68 +146,6 @@ def _load_claims(ds: Path, docs: dict[str, CorpusDoc], split: str) -> Source:
     return Source(ds.name, docs, {}, {}, multi)
 
 
-# ----- rewrites -----
-
-_NUMBER = re.compile(r"(?<![\w.,])(\d{1,4})(?![\w.,]?\d)")
-
-
-def _other_number(n: str, rng: random.Random, texts: Sequence[str]) -> str | None:
-    """A different number of the same kind (a year stays a plausible year) that no passage holds."""
-    v = int(n)
-    for _ in range(20):
-        if len(n) == 4 and 1000 <= v <= 2100:
-            w = v + rng.choice([-1, 1]) * rng.randint(2, 30)
-        else:
-            w = v + rng.choice([-1, 1]) * rng.randint(1, max(2, v // 2 + 1))
-        if w > 0 and w != v and unsupported(texts, numbers=[str(w)]):
-            return str(w)
-    return None
-
-
-def number_negative(question: str, texts: Sequence[str], rng: random.Random) -> tuple[str, str] | None:
-    """The question with one number the passages state rewritten to one they do not: (question,
-    new number), or None when it names no such number."""
-    joined = "\n".join(texts)
-    found = [m for m in _NUMBER.finditer(question) if not unsupported([joined], numbers=[m.group(1)])]
-    if not found:
-        return None
-    m = rng.choice(found)
-    new = _other_number(m.group(1), rng, texts)
-    if new is None:
-        return None
-    return question[: m.start(1)] + new + question[m.end(1):], new
-
-
-def _names(text: str, title: str = "") -> dict[str, str]:
-    """Names in a text: the entity extractor's (retrieval/entities.py) for Latin script; for CJK
-    text only the title (its extractor's CJK pieces are whole clauses, not names)."""
-    if is_cjk(text):
-        return {normalize(title): title} if title else {}
-    return {k: v for k, v in extract(text).items() if len(v) > 2 and not v.isdigit()}
-
-
-def entity_negative(question: str, texts: Sequence[str], titles: Sequence[str], pool: Sequence[str],
-                    rng: random.Random) -> tuple[str, str] | None:
-    """The question with its key name (one the passages mention) swapped for a name from elsewhere
-    in the corpus that no passage of the group mentions: (question, the new name), or None."""
-    joined = "\n".join(texts)
-    if is_cjk(question):
-        keys = [t for t in titles if t and t in question]
-    else:
-        keys = [v for v in _names(question).values() if _mentions(joined, v) and v in question]
-    if not keys:
-        return None
-    old = max(keys, key=len)
-    words = len(old.split())
-    same = [n for n in pool if (is_cjk(n) == is_cjk(old)) and (is_cjk(n) or len(n.split()) == words)
-            and normalize(n) != normalize(old)]
-    rng.shuffle(same)
-    for new in same[:50]:
-        if unsupported(texts, names=[new]) and not _mentions(question, new):
-            return question.replace(old, new, 1), new
-    return None
-
-
 # ----- groups -----
 
 
@@ -279,7 +163,7 @@ def _name_pool(source: Source, doc_ids: Iterable[str]) -> list[str]:
     pool: dict[str, str] = {}
     for d in doc_ids:
         doc = source.docs[d]
-        pool.update(_names(doc.text, doc.title) if not is_cjk(doc.text) else {normalize(doc.title): doc.title})
+        pool.update(text_names(doc.text, doc.title) if not is_cjk(doc.text) else {normalize(doc.title): doc.title})
     return sorted(pool.values())
 
 
@@ -409,36 +293,6 @@ def _add(g: Group, r: dict[str, Any], kind: str, question: str, answers: list[st
                                      g.id, kind, gold, list(golds) or ([gold] if gold else []), str(r["id"])))
 
 
-# ----- writing -----
-
-
-def write_set(groups: Sequence[Group], out: str | Path, manifest: dict[str, Any] | None = None) -> Path:
-    """A BEIR + QA folder (`corpus.jsonl`, `qa/train.jsonl`, `manifest.json`) that `rag eval qa`
-    and `rag eval calibrate` read; passages carry `metadata.group`, questions `group`."""
-    out = Path(out)
-    (out / "qa").mkdir(parents=True, exist_ok=True)
-    seen: set[str] = set()
-    with open(out / "corpus.jsonl", "w", encoding="utf-8") as fh:
-        for g in groups:
-            for p in g.passages:
-                if p.doc_id in seen:
-                    raise ValueError(f"passage {p.doc_id} is in two groups")
-                seen.add(p.doc_id)
-                fh.write(json.dumps({"_id": p.doc_id, "title": p.title, "text": p.text,
-                                     "metadata": {"group": g.id}}, ensure_ascii=False) + "\n")
-    counts: dict[str, int] = defaultdict(int)
-    with open(out / "qa" / "train.jsonl", "w", encoding="utf-8") as fh:
-        for g in groups:
-            for q in g.questions:
-                counts[q.kind] += 1
-                fh.write(json.dumps(q.to_dict(), ensure_ascii=False) + "\n")
-    sizes = [len(g.passages) for g in groups]
-    info = {**(manifest or {}), "groups": len(groups), "questions": dict(sorted(counts.items())),
-            "passages_per_group": [min(sizes, default=0), max(sizes, default=0)]}
-    (out / "manifest.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return out
-
-
 def generate(dataset: str | Path, out: str | Path, cfg: SynthConfig | None = None, split: str | None = None) -> Path:
     """Read `dataset`, build its groups and write the set to `out`."""
     cfg = cfg or SynthConfig()
@@ -449,14 +303,6 @@ def generate(dataset: str | Path, out: str | Path, cfg: SynthConfig | None = Non
     if not groups:
         raise ValueError(f"{dataset}: no group with both answerable and unanswerable questions could be built")
     return write_set(groups, out, {"source": src.name, "split": split or "auto", **cfg.model_dump()})
-
-
-def load_group_ids(path: str | Path, split: str = "train") -> dict[str, str]:
-    """question id -> group of a generated set (empty for a dataset without groups)."""
-    p = Path(path) / "qa" / f"{split}.jsonl"
-    if not p.is_file():
-        return {}
-    return {str(r["id"]): str(r["group"]) for r in read_jsonl(p) if r.get("group")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
