@@ -22,6 +22,7 @@ from rag.answering.signals import (
     TRANSFER_SELECTOR_FEATURES,
     with_derived,
 )
+from tests.eval.qa_case import write_qa_set
 
 
 def _pt(domain: str, impossible: bool, check: float, rng: random.Random) -> Point:
@@ -73,24 +74,13 @@ def test_transfer_features_drop_rank_and_length_and_old_points_get_the_mean():
 
 def _plain_set(root):
     """A tiny QA set with a training split (its own domain in the mix)."""
-    ds = root / "lumen_set"
-    (ds / "qa").mkdir(parents=True)
-    paras = {"p0": "Velmora is the capital city of Zarnovia. It lies on the river Ost.",
-             "p1": "The XR-300 drone flies for 42 minutes on one battery charge.",
-             "p2": "The Lumen lighthouse was built in 1887 by the engineer Ada Kettle.",
-             "p3": "Glimmer tea is grown on the terraces of Mount Sorrel at 2,000 metres."}
-    (ds / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": k, "text": v}) + "\n"
-                                             for k, v in paras.items()))
     qs = [("What is the capital city of Zarnovia?", ["Velmora"], "p0"),
           ("How long does the XR-300 drone fly?", ["42 minutes"], "p1"),
           ("Who built the Lumen lighthouse?", ["Ada Kettle"], "p2"),
           ("What is the capital city of Ostland?", [], "p0"),
           ("How much does the XR-300 drone weigh?", [], "p1"),
           ("Who painted the Lumen lighthouse?", [], "p2")]
-    (ds / "qa" / "train.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "question": q, "answers": a, "is_impossible": not a, "gold_doc_id": d,
-                    "title": d}) + "\n" for i, (q, a, d) in enumerate(qs)))
-    return ds
+    return write_qa_set(root / "lumen_set", qs, "train")
 
 
 def test_calibrate_on_a_mix_writes_a_transfer_entry_the_pipeline_uses(tmp_path, capsys):

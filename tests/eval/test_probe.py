@@ -8,6 +8,7 @@ import pytest
 
 from eval.datasets import CorpusDoc, QAItem
 from eval.probe import cross_validate, fit_probe, probe_pairs, roc_auc
+from tests.eval.qa_case import write_qa_set
 
 
 def test_roc_auc_hand_computed_with_ties():
@@ -118,14 +119,6 @@ def test_calibrate_with_a_probe_fits_on_its_score_and_stores_it(tmp_path, capsys
 
     from rag.cli import main
 
-    ds = tmp_path / "qa_set"
-    (ds / "qa").mkdir(parents=True)
-    paras = {"p0": "Velmora is the capital city of Zarnovia. It lies on the river Ost.",
-             "p1": "The XR-300 drone flies for 42 minutes on one battery charge.",
-             "p2": "The Lumen lighthouse was built in 1887 by the engineer Ada Kettle.",
-             "p3": "Glimmer tea is grown on the terraces of Mount Sorrel at 2,000 metres."}
-    (ds / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": k, "text": v}) + "\n"
-                                             for k, v in paras.items()))
     qs = [("What is the capital city of Zarnovia?", ["Velmora"], "p0"),
           ("How long does the XR-300 drone fly?", ["42 minutes"], "p1"),
           ("Who built the Lumen lighthouse?", ["Ada Kettle"], "p2"),
@@ -134,9 +127,7 @@ def test_calibrate_with_a_probe_fits_on_its_score_and_stores_it(tmp_path, capsys
           ("How much does the XR-300 drone weigh?", [], "p1"),
           ("Who painted the Lumen lighthouse?", [], "p2"),
           ("Who sells Glimmer tea in Velmora?", [], "p3")]
-    (ds / "qa" / "dev.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "question": q, "answers": a, "is_impossible": not a, "gold_doc_id": d,
-                    "title": d}) + "\n" for i, (q, a, d) in enumerate(qs)))
+    ds = write_qa_set(tmp_path / "qa_set", qs, "dev")
     probe = {"model": "smollm2", "layer": 10, "pairs": 0,
              "probe": {"layer": 10, "bias": 0.1, "weights": [((i % 5) - 2) / 40 for i in range(576)]}}
     (tmp_path / "probe.json").write_text(json.dumps(probe))
