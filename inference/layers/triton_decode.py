@@ -17,6 +17,21 @@ import triton.language as tl
 
 
 @triton.jit
+def _attend_block(q, K, V, base, valid, scale, m, lsum, acc):
+    """One block of the online softmax shared by the dense and QUEST kernels: the scores of its
+    valid slots, then the running max, sum and output rescaled."""
+    k = tl.load(K + base, mask=valid[:, None], other=0.0).to(tl.float32)
+    s = tl.sum(k * q[None, :], 1) * scale
+    s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block wholly past the context
+    p = tl.exp(s - m_safe)
+    alpha = tl.exp(m - m_safe)
+    v = tl.load(V + base, mask=valid[:, None], other=0.0).to(tl.float32)
+    return m_new, lsum * alpha + tl.sum(p, 0), acc * alpha + tl.sum(p[:, None] * v, 0)
+
+
+@triton.jit
 def _paged_decode_kernel(Q, K, V, Out, BT, LENS, scale,
                          stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, stride_ot, stride_oh,
                          BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
@@ -35,16 +50,7 @@ def _paged_decode_kernel(Q, K, V, Out, BT, LENS, scale,
         blk = tl.load(BT + b * stride_bt + i).to(tl.int64)
         valid = i * BLOCK_SIZE + offs < ctx
         base = blk * stride_kb + offs[:, None] * stride_ks + kvh * stride_kh + d[None, :]
-        k = tl.load(K + base, mask=valid[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(k * q[None, :], 1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 0))
-        p = tl.exp(s - m_new)
-        alpha = tl.exp(m - m_new)
-        v = tl.load(V + base, mask=valid[:, None], other=0.0).to(tl.float32)
-        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-        lsum = lsum * alpha + tl.sum(p, 0)
-        m = m_new
+        m, lsum, acc = _attend_block(q, K, V, base, valid, scale, m, lsum, acc)
     tl.store(Out + b * stride_ot + h * stride_oh + d, (acc / lsum).to(Out.dtype.element_ty))
 
 
@@ -110,17 +116,7 @@ def _sparse_decode_kernel(Q, K, V, Out, BT, SEL, LENS, scale, n_sel,
         blk = tl.load(BT + b * stride_bt + li).to(tl.int64)
         valid = li * BLOCK_SIZE + offs < ctx
         base = blk * stride_kb + offs[:, None] * stride_ks + kvh * stride_kh + d[None, :]
-        k = tl.load(K + base, mask=valid[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(k * q[None, :], 1) * scale
-        s = tl.where(valid, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a block wholly past the context
-        p = tl.exp(s - m_safe)
-        alpha = tl.exp(m - m_safe)
-        v = tl.load(V + base, mask=valid[:, None], other=0.0).to(tl.float32)
-        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-        lsum = lsum * alpha + tl.sum(p, 0)
-        m = m_new
+        m, lsum, acc = _attend_block(q, K, V, base, valid, scale, m, lsum, acc)
     tl.store(Out + b * stride_ot + h * stride_oh + d, (acc / lsum).to(Out.dtype.element_ty))
 
 
