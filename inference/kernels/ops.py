@@ -211,7 +211,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return _op("silu_mul")(gate_up)
 
 
-def set_prefetch(distance_bytes: int, hint: int = 3) -> int:
+def set_prefetch(distance_bytes: int) -> int:
     """Software-prefetch distance of the row kernels (0 = off); returns the previous one."""
     _require()
-    return int(torch.ops.ragk.set_prefetch(int(distance_bytes), int(hint)))
+    return int(torch.ops.ragk.set_prefetch(int(distance_bytes)))

@@ -19,19 +19,16 @@ namespace {
 
 constexpr int64_t kMTile = 32; // activation rows that share one weight row while it is in L1
 
-// From this many activation rows the panel GEMM (x86_gemm.inc) replaces the row kernels; below it
-// packing 8 weight rows costs more than it saves. RAG_GEMM_MIN_ROWS overrides (0 = never), and
-// set_gemm_min_rows lets tests force either path.
-// Software prefetch distance (bytes ahead of the weight row being read) for the row kernels.
+// Software prefetch distance (bytes ahead of the weight row being read) for the row kernels
+// (RAG_PREFETCH overrides, 0 = off; ops.set_prefetch at run time).
 std::atomic<int64_t> g_prefetch{[] {
   const char* env = std::getenv("RAG_PREFETCH");
   return env ? int64_t(std::atoll(env)) : int64_t(4096);
 }()};
-std::atomic<int64_t> g_prefetch_hint{[] {
-  const char* env = std::getenv("RAG_PREFETCH_HINT");
-  return env ? int64_t(std::atoll(env)) : int64_t(3);
-}()};
 
+// From this many activation rows the panel GEMM (x86_gemm.inc) replaces the row kernels; below it
+// packing 8 weight rows costs more than it saves. RAG_GEMM_MIN_ROWS overrides (0 = never), and
+// set_gemm_min_rows lets tests force either path.
 std::atomic<int64_t> g_gemm_min_rows{[] {
   const char* env = std::getenv("RAG_GEMM_MIN_ROWS");
   return env ? int64_t(std::atoll(env)) : int64_t(16);
@@ -120,7 +117,6 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   // Weights are read once per call (decode streams the whole model from DRAM every token): a
   // software prefetch a few KB ahead of the row being read keeps the loads from stalling.
   const int64_t pfd = rows ? 0 : g_prefetch.load(std::memory_order_relaxed);
-  const int64_t hint = g_prefetch_hint.load(std::memory_order_relaxed);
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
       const int64_t m1 = std::min(m, m0 + kMTile);
@@ -128,8 +124,7 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
         const uint8_t* wr = wp + (rows ? rows[j] : j) * rb;
         if (pfd > 0 && m0 == 0) {
           const uint8_t* pf = wr + pfd;
-          if (hint == 0) for (int64_t off = 0; off < rb; off += 64) __builtin_prefetch(pf + off, 0, 0);
-          else for (int64_t off = 0; off < rb; off += 64) __builtin_prefetch(pf + off, 0, 3);
+          for (int64_t off = 0; off < rb; off += 64) __builtin_prefetch(pf + off, 0, 3);
         }
         for (int64_t i = m0; i < m1;) {
           const int64_t mr = std::min<int64_t>(4, m1 - i);
@@ -253,10 +248,7 @@ int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(row
 
 int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
 
-int64_t set_prefetch_op(int64_t bytes, int64_t hint) {
-  g_prefetch_hint.store(hint);
-  return g_prefetch.exchange(bytes);
-}
+int64_t set_prefetch_op(int64_t bytes) { return g_prefetch.exchange(bytes); }
 
 bool has_gemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
@@ -279,5 +271,5 @@ TORCH_LIBRARY(ragk, m) {
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
   m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
-  m.def("set_prefetch(int bytes, int hint) -> int", &ragk::set_prefetch_op);
+  m.def("set_prefetch(int bytes) -> int", &ragk::set_prefetch_op);
 }
