@@ -35,11 +35,11 @@ def shared_datasets() -> Path:
     return SHARED_DATASETS
 
 
-def _start_postgres():
+def _start_postgres(settings: dict[str, str] | None = None):
     from indexing.pg_local import LocalPostgres, PostgresUnavailable
 
     try:
-        return LocalPostgres().start()
+        return LocalPostgres(settings=settings).start()
     except (PostgresUnavailable, ImportError) as e:
         pytest.skip(f"no PostgreSQL with pgvector can be started here: {e}")
 
@@ -54,8 +54,11 @@ def postgres_server():
 
 @pytest.fixture
 def own_postgres():
-    """A server of the test's own, for tests that kill, restart or reconfigure it."""
-    pg = _start_postgres()
+    """A server of the test's own, for tests that kill, restart or reconfigure it. Commits are
+    synchronous here: with the fast settings' `synchronous_commit: off` a SIGKILL loses the last
+    ~200 ms of commits (the WAL writer's delay), which once dropped the index's schema created just
+    before a test killed the server; a real server's commit survives a killed postmaster."""
+    pg = _start_postgres({"synchronous_commit": "on"})
     yield pg
     pg.cleanup()
 
