@@ -162,7 +162,7 @@ def run_retrieval(args: argparse.Namespace) -> int:
 def run_qa(args: argparse.Namespace) -> int:
     from eval.datasets import load_qa
     from eval.qa_eval import evaluate_qa
-    from eval.runner import answer_fn, open_eval_pipeline
+    from eval.runner import answer_fn, counter_delta, engine_counters, open_eval_pipeline
 
     cfg = config_from(args)
     items = load_qa(args.dataset, args.split, limit=args.limit, sample=args.sample, seed=args.seed)
@@ -175,10 +175,12 @@ def run_qa(args: argparse.Namespace) -> int:
         return 2
     pipe = open_eval_pipeline(args.dataset, cfg, progress=not args.no_progress)
     try:
+        before = engine_counters(pipe)
         res = evaluate_qa(items, answer_fn(pipe, args.mode, groups), progress=not args.no_progress,
                           dataset=Path(args.dataset).name, split=args.split,
                           config={**_config_summary(args), "mode": args.mode}, concurrency=args.concurrency,
                           answers_path=args.answers, sentences=args.mode == "long")
+        res.engine = counter_delta(before, engine_counters(pipe))  # the warm-up answer included
     finally:
         pipe.close()
     _finish(res, args)

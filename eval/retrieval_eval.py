@@ -93,6 +93,9 @@ class EvalResult:
     executed: int = 0  # queries actually searched in this call (the rest came from the cache)
     metrics_by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # {type: {metric: value}}
     long_grounding: dict[str, int] = field(default_factory=dict)  # QA, long mode: sentences per grounding path
+    # QA: the engine's K/V reuse over the run (`eval.runner.engine_counters`): shows a passage-cache
+    # run really reused passages (hits, reused and recomputed tokens), not only that it was configured
+    engine: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The published result shape (no per-query detail)."""
@@ -105,6 +108,7 @@ class EvalResult:
             "n_queries": self.n_queries,
             **({"metrics_by_type": self.metrics_by_type} if self.metrics_by_type else {}),
             **({"long_grounding": self.long_grounding} if self.long_grounding else {}),
+            **({"engine": self.engine} if self.engine else {}),
         }
 
     def save_json(self, path: str | Path) -> Path:
@@ -227,6 +231,10 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
     # long QA answers: which path each sentence took (rag/answering/long.py), under the table
     lines += [f"long_grounding {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v}" for k, v in r.long_grounding.items())
               for r in rows if r.long_grounding]
+    # passage KV cache / KV shifting runs: what the engine reused
+    lines += [f"engine {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v:g}" for k, v in r.engine.items())
+              for r in rows if r.engine.get("passage_cache_hits", 0) + r.engine.get("passage_cache_misses", 0)
+              + r.engine.get("kv_shift_reused_tokens", 0)]
     return "\n".join(lines)
 
 

@@ -117,3 +117,26 @@ def answer_fn(pipe: Pipeline, mode: str | None = None, filters: dict[str, dict[s
 
     run.close = pipe.close  # type: ignore[attr-defined]
     return run
+
+
+# Engine counters of K/V reuse (`inference.LLMEngine.stats`) a QA run reports as deltas over the run.
+ENGINE_COUNTERS = ("prompt_tokens", "prefix_cache_hits", "passage_cache_hits", "passage_cache_misses",
+                   "passage_cache_disk_hits", "passage_cache_tokens_reused", "recomputed_tokens",
+                   "kv_shift_reused_tokens")
+
+
+def engine_counters(pipe: Pipeline) -> dict[str, float]:
+    """The generator's K/V reuse counters now ({} for a backend without them, e.g. remote): call
+    before and after a run and subtract (`counter_delta`). Loads the generator if it is not yet."""
+    stats = pipe.generator.stats()
+    return {k: float(stats[k]) for k in ENGINE_COUNTERS if isinstance(stats.get(k), int | float)}
+
+
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """`after - before` per counter, with `passage_cache_hit_rate` (hits / lookups) when any passage
+    was looked up; {} when the backend reported nothing."""
+    out = {k: after[k] - before.get(k, 0.0) for k in after}
+    looked_up = out.get("passage_cache_hits", 0.0) + out.get("passage_cache_misses", 0.0)
+    if looked_up:
+        out["passage_cache_hit_rate"] = out["passage_cache_hits"] / looked_up
+    return out

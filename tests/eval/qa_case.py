@@ -22,3 +22,14 @@ def write_qa_set(ds: Path, questions: list[tuple[str, list[str], str]], split: s
         json.dumps({"id": f"q{i}", "question": q, "answers": a, "is_impossible": not a, "gold_doc_id": d,
                     "title": d}) + "\n" for i, (q, a, d) in enumerate(questions)))
     return ds
+
+
+def never_refusing_entry(selector: bool = True) -> dict:
+    """A calibration entry (for any model) whose refusal model never refuses: its presence makes the
+    short path ask the answerability checks, and with `selector` decode one span per passage (the
+    path the shipped Qwen entries take), on a model that ships none (SmolLM2)."""
+    never = {"features": ["margin"], "mean": [0.0], "std": [1.0], "coef": [0.0], "bias": 0.0, "threshold": 1e9}
+    entry: dict = {"refusal_model": never, "languages": ["en"]}
+    if selector:
+        entry["span_selector"] = {"features": ["margin"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0}
+    return entry

@@ -192,3 +192,94 @@ def test_cached_text_is_position_free_and_chat_follow_ups_carry_none(pipeline):
     turn = type("T", (), {"question": "Where?", "answer": "Velmora [1].", "passages": ps[:1]})()
     follow = prompt_mod.build(cfg, tok, "And the drone?", ps[1:], 1000, history=[turn])
     assert follow.history_turns == 1 and follow.cached_texts(cfg) == []
+
+
+def _calibrated(pipeline, tmp_path, selector: bool) -> Pipeline:
+    """Passage cache on (ratio 0.15, as the quality sweep runs it) with a local calibration entry for
+    SmolLM2 that never refuses: a refusal model makes the short path ask the answerability checks
+    (none is shipped for SmolLM2), and a span selector makes it decode one span per passage, the
+    path `rag eval qa` takes with the shipped Qwen entries."""
+    from tests.eval.qa_case import never_refusing_entry
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({pipeline.cfg.generator.engine.model: never_refusing_entry(selector)}))
+    data = engine_cfg(pipeline, enabled=True, recompute_ratio=0.15).to_dict()
+    data["answer"]["calibration"] = str(cal)
+    return make(pipeline, RagConfig.model_validate(data))
+
+
+def _record_hits(gen) -> list[tuple[str, bool, int]]:
+    """(kind, carried spans, passage-cache hits while it ran) of every request the pipeline makes:
+    kind is `answer` (the answer prompt or a per-passage span decode), `passage_check` or
+    `answer_check`. The short path never runs two kinds at once (the decodes finish before the
+    checks, which run one after the other), so a kind's hits are its own."""
+    from rag.answerability import CHECK_SYSTEM
+
+    calls: list[tuple[str, bool, int]] = []
+    tok = gen.tokenizer
+    agenerate, astream = gen.agenerate, gen.astream
+
+    def kind(ids) -> str:
+        text = tok.decode(ids)
+        return "answer" if CHECK_SYSTEM not in text else "answer_check" if "Proposed answer:" in text \
+            else "passage_check"
+
+    def hits() -> int:
+        return gen.stats()["passage_cache_hits"]
+
+    async def recorded_agenerate(prompt, params, *a, **kw):
+        before = hits()
+        out = await agenerate(prompt, params, *a, **kw)
+        calls.append((kind(prompt), kw.get("passage_spans") is not None, hits() - before))
+        return out
+
+    async def recorded_astream(prompt, params, *a, **kw):
+        before = hits()
+        inner = astream(prompt, params, *a, **kw)
+        try:
+            async for out in inner:
+                yield out
+        finally:
+            await inner.aclose()
+            calls.append((kind(prompt), kw.get("passage_spans") is not None, hits() - before))
+
+    gen.agenerate, gen.astream = recorded_agenerate, recorded_astream
+    return calls
+
+
+def _by_kind(calls) -> dict[str, tuple[int, int, int]]:
+    """kind -> (requests, requests with spans, hits)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for k, spans, h in calls:
+        n, s, t = out.get(k, (0, 0, 0))
+        out[k] = (n + 1, s + spans, t + h)
+    return out
+
+
+@pytest.mark.parametrize("selector", [True, False], ids=["per_passage", "single_decode"])
+def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, tmp_path, selector):
+    """What `rag eval qa --set generator.engine.passage_cache.enabled=true` runs with a calibrated
+    generator: the answer prompt (one decode, or one per passage) and the answerability checks. On
+    the second question both must hit the passage cache: the answer prompt with the passage the
+    first question also retrieved, the checks with the entries the checks wrote (their own
+    template). Bugs caught: the checks (or the per-passage decodes) sent without spans, spans the
+    engine keys differently per question, and a check template that puts question-dependent text
+    before the passage (every check a new key)."""
+    pipe = _calibrated(pipeline, tmp_path, selector)
+    try:
+        gen = pipe.generator
+        first = pipe.ask(TWO_ISLANDS, mode="short")
+        calls = _record_hits(gen)
+        second = pipe.ask(OVERLAP, mode="short")
+        assert {p.chunk_id for p in first.passages} & {p.chunk_id for p in second.passages}
+        assert "check_passage" in second.signals and "check_answer" in second.signals  # the checks ran
+        kinds = _by_kind(calls)
+        assert set(kinds) == {"answer", "passage_check", "answer_check"}, kinds
+        assert all(n == s for n, s, _ in kinds.values()), kinds  # every request carried its spans
+        assert kinds["answer"][2] >= 1, kinds
+        if selector:  # a passage both questions retrieved: its check entry is the first question's
+            assert len(second.candidates) == len(second.passages) and kinds["answer"][0] == len(second.passages)
+            assert kinds["passage_check"][2] >= 1, kinds
+        assert kinds["passage_check"][2] + kinds["answer_check"][2] >= 1, kinds
+    finally:
+        pipe.generator.close()
