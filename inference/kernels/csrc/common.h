@@ -51,7 +51,7 @@ static_assert(sizeof(XBlock256) == 292, "XBlock256 layout");
 constexpr int QK = 32;
 constexpr int QKK = 256;
 
-inline int block_elems(int t) {
+constexpr int block_elems(int t) {
   switch (t) {
     case T_F32: case T_F16: case T_BF16: return 1;
     case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: return QK;
@@ -60,7 +60,7 @@ inline int block_elems(int t) {
   }
 }
 
-inline int block_bytes(int t) {
+constexpr int block_bytes(int t) {
   switch (t) {
     case T_F32: return 4;
     case T_F16: case T_BF16: return 2;
@@ -184,6 +184,13 @@ using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* 
 // so only very long prompts are blocked.
 int64_t gemm_xblock_kb();
 int64_t set_gemm_xblock_kb(int64_t kb);
+
+// Software prefetch of weights that are about to be read (RAG_PREFETCH, default 4096; 0 = off;
+// ops.set_prefetch at run time): the row kernels prefetch this many bytes ahead of the row they
+// read, the panel GEMM the next panel's rows while it computes on the current one. Decode streams
+// the whole model from DRAM every step, and without it the loads stall.
+int64_t prefetch_bytes();
+int64_t set_prefetch_bytes(int64_t bytes);
 
 struct IsaTable {
   const char* name;

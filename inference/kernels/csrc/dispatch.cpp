@@ -95,7 +95,16 @@ std::atomic<int64_t> g_xblock_kb{[] {
   const int64_t v = env ? int64_t(std::atoll(env)) : 2048;
   return v > 0 ? v : int64_t(2048);
 }()};
+
+std::atomic<int64_t> g_prefetch{[] {
+  const char* env = std::getenv("RAG_PREFETCH");
+  return env ? int64_t(std::atoll(env)) : int64_t(4096);
+}()};
 }  // namespace
+
+int64_t prefetch_bytes() { return g_prefetch.load(std::memory_order_relaxed); }
+
+int64_t set_prefetch_bytes(int64_t bytes) { return g_prefetch.exchange(bytes); }
 
 int64_t gemm_xblock_kb() { return g_xblock_kb.load(std::memory_order_relaxed); }
 

@@ -19,12 +19,6 @@ namespace {
 
 constexpr int64_t kMTile = 32; // activation rows that share one weight row while it is in L1
 
-// Software prefetch distance (bytes ahead of the weight row being read) for the row kernels
-// (RAG_PREFETCH overrides, 0 = off; ops.set_prefetch at run time).
-std::atomic<int64_t> g_prefetch{[] {
-  const char* env = std::getenv("RAG_PREFETCH");
-  return env ? int64_t(std::atoll(env)) : int64_t(4096);
-}()};
 
 // From this many activation rows the panel GEMM (x86_gemm.inc) replaces the row kernels; below it
 // packing 8 weight rows costs more than it saves. RAG_GEMM_MIN_ROWS overrides (0 = never), and
@@ -116,7 +110,7 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 20) / (k * std::min<int64_t>(m, kMTile)));
   // Weights are read once per call (decode streams the whole model from DRAM every token): a
   // software prefetch a few KB ahead of the row being read keeps the loads from stalling.
-  const int64_t pfd = rows ? 0 : g_prefetch.load(std::memory_order_relaxed);
+  const int64_t pfd = rows ? 0 : prefetch_bytes();
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
       const int64_t m1 = std::min(m, m0 + kMTile);
@@ -248,7 +242,7 @@ int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(row
 
 int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
 
-int64_t set_prefetch_op(int64_t bytes) { return g_prefetch.exchange(bytes); }
+int64_t set_prefetch_op(int64_t bytes) { return set_prefetch_bytes(bytes); }
 
 bool has_gemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
