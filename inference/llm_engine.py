@@ -74,6 +74,11 @@ class LLMEngine:
             raise ValueError(f"passage_cache.max_gb {pc.max_gb} holds no KV block (one block is "
                              f"{per_block / 2**20:.2f} MiB for this model)")
         self.passage_cache_bytes = passage_blocks * per_block
+        # the region fills as passages are cached (CPU pages on first write): refuse now what would
+        # end in an out-of-memory later, once the KV pool and the region are both in use
+        if pc.enabled and self.passage_cache_bytes > (free := kv_cache.free_memory_bytes(self.device)) - self.kv_bytes:
+            raise ValueError(f"passage_cache.max_gb {pc.max_gb} does not fit in memory: {free / 2**30:.1f} GiB is "
+                             f"free and the KV pool takes {self.kv_bytes / 2**30:.2f} GiB of it; lower max_gb")
         self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching, track_content=config.cache_reuse > 0,
                                track_fresh=sa.enabled)
         self.runner = ModelRunner(self.model, num_blocks, bs, self.dtype, self.device, int8,

@@ -188,6 +188,34 @@ def test_lru_budget_is_enforced(fresh):
     assert st()["passage_cache_hits"] == hits + 1
 
 
+def test_a_passage_larger_than_the_region_is_computed_not_cached(fresh):
+    """A passage needing more blocks than `max_gb` holds: no entry, nothing evicted, the answer a
+    full prefill's. Bug: an allocation past the region (writing into request blocks) or a crash."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [0])
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])  # one entry, kept
+    long_text = " ".join(PASSAGES * 2)  # ~290 tokens: 19 blocks, the region has 10
+    pieces = [(SYSTEM, False), ("[1] ", False), (long_text, True),
+              (f"\n\nQuestion: {QUESTION}<|im_end|>\n<|im_start|>assistant\n", False)]
+    long_ids, long_spans = join_segments(tok, pieces)
+    assert -(-(long_spans[0][1] - long_spans[0][0]) // 16) > POOL_BLOCKS
+    ref = _reference(fresh, long_ids)
+    before = fresh.stats()
+    out = fresh.generate([long_ids], _greedy(), passage_spans=[long_spans])[0]
+    after = fresh.stats()
+    assert out.token_ids == ref.token_ids
+    assert after["passage_cache_entries"] == before["passage_cache_entries"] == 1
+    assert after["passage_cache_evictions"] == before["passage_cache_evictions"]
+    assert after["passage_cache_blocks_used"] <= POOL_BLOCKS
+
+
+def test_max_gb_beyond_memory_is_refused_at_start(engine_factory):
+    """A region larger than free memory would fill until the process is killed: refused at start,
+    naming the key. Bug: max_gb taken as given (an out-of-memory hours later)."""
+    with pytest.raises(ValueError, match=r"passage_cache.max_gb 100000.* does not fit in memory"):
+        engine_factory(num_blocks=16, passage_cache={"enabled": True, "max_gb": 1e5})
+
+
 def test_disk_cache_is_keyed_and_skips_bad_files(fresh, caplog):
     """Files are keyed by model, template (the prompt's prefix) and passage: another template is a
     miss, a file saved for another model is ignored, a corrupt one is skipped with a warning. Bug:
