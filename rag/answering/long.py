@@ -24,6 +24,11 @@ before); `strict` also re-cites a sentence to the shown passage that supports it
 marker is missing or wrong, and drops it when none does. What remains is the answer; nothing left:
 the refusal, citing nothing. Each sentence's path is in `Answer.grounding`.
 
+Being in the passage is not answering the question (a neighbouring fact passes all three), so where
+the short answer's policy is calibrated the answer is first held to its decision (`gate.py`): a
+refusal there is the answer, and otherwise only sentences that state the short answer's span are
+kept (`dropped_off_question` for the others; none left: the span itself, `short_answer`).
+
 Streaming: sentences are judged as soon as the next one starts (or the answer ends) and only then
 emitted, so the concatenated stream is exactly the final answer; nothing is ever retracted (no
 `replace` event) and a dropped sentence is never shown. The price is sentence-sized deltas.
@@ -39,17 +44,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..citations import attribute, content_words, sentence_markers, sentence_matches, strip_citation_markers
 from ..prompt import passage_body
+from .gate import states_answer
 from .policy import says_refusal
 from .signals import CHECK_ANSWER
 
 if TYPE_CHECKING:
     from ..answer import Answer
     from ..config import RagConfig
+    from .gate import Gate
 
 KEPT, RECITED, UNCITED, REFUSAL = "kept", "recited", "uncited", "refusal"
 DROPPED_KEYFACT, DROPPED_UNSUPPORTED, DROPPED_UNCITED = "dropped_keyfact", "dropped_unsupported", "dropped_uncited"
-PATHS = (KEPT, RECITED, UNCITED, DROPPED_KEYFACT, DROPPED_UNSUPPORTED, DROPPED_UNCITED, REFUSAL)
-SHOWN = (KEPT, RECITED, UNCITED)  # the paths whose sentence stays in the answer
+# with the short-answer gate (gate.py): a sentence that does not state the answer; the answer span itself
+DROPPED_OFF_QUESTION, SHORT_ANSWER = "dropped_off_question", "short_answer"
+PATHS = (KEPT, RECITED, UNCITED, DROPPED_KEYFACT, DROPPED_UNSUPPORTED, DROPPED_UNCITED, DROPPED_OFF_QUESTION,
+         SHORT_ANSWER, REFUSAL)
+SHOWN = (KEPT, RECITED, UNCITED, SHORT_ANSWER)  # the paths whose sentence stays in the answer
 
 _DIGITS = re.compile(r"\d+")
 # a word in Latin script starting with a capital; not \b: CJK characters are word characters too,
@@ -112,8 +122,10 @@ class LongGrounding:
     """Judges a long answer sentence by sentence while it streams (`feed`, `finish`): what each call
     returns is the text to show now. One per answer."""
 
-    def __init__(self, generator: Any, cfg: RagConfig, answer: Answer, check_min: float | None):
+    def __init__(self, generator: Any, cfg: RagConfig, answer: Answer, check_min: float | None,
+                 gate: Gate | None = None):
         self.generator = generator
+        self.gate = gate  # the short answer's decision the sentences must state (None: not gated)
         self.mode = cfg.answer.long_grounding
         self.min_overlap = cfg.answer.attribution_overlap
         self.refusal = cfg.prompt.refusal
@@ -136,6 +148,13 @@ class LongGrounding:
     async def finish(self) -> str:
         """Judge what is left; the rest of the answer to emit (the refusal when nothing was kept)."""
         out = await self._judge_upto(sentence_matches(self._raw, self._done))
+        if not self.text and self.gate is not None and not self.gate.refused:
+            # the policy answered: no sentence stated its span, so the span is the answer (as in short mode)
+            m = self.gate.marker
+            j = Judged(self.gate.text, SHORT_ANSWER, self.gate.text + (f" [{m}]" if m is not None else ""),
+                       [m] if m is not None else [])
+            self.judged.append(j)
+            self.text = out = j.text
         if not self.text:
             self.text = out = self.refusal
         return out
@@ -148,8 +167,9 @@ class LongGrounding:
         counts = Counter(j.path for j in self.judged)
         return {"mode": self.mode, "sentences": [j.to_dict() for j in self.judged],
                 "counts": {p: counts.get(p, 0) for p in PATHS},
-                "engine_check": self.check_min is not None, **({"check_min": self.check_min}
-                                                                if self.check_min is not None else {})}
+                "engine_check": self.check_min is not None,
+                **({"check_min": self.check_min} if self.check_min is not None else {}),
+                **({"gate": self.gate.metadata()} if self.gate is not None else {})}
 
     async def _judge_upto(self, found: list[re.Match[str]]) -> str:
         out = []
@@ -174,6 +194,8 @@ class LongGrounding:
         """The path one sentence takes (see the module docstring)."""
         if says_refusal(sentence, self.refusal):
             return Judged(sentence, REFUSAL)
+        if self.gate is not None and not states_answer(sentence, self.gate.text):
+            return Judged(sentence, DROPPED_OFF_QUESTION, markers=sentence_markers(sentence))
         cited = [n for n in sentence_markers(sentence) if n in self.passages]
         if not cited:
             if self.mode == "check":
@@ -242,13 +264,15 @@ def check_threshold(cfg: RagConfig, entry: Any) -> float | None:
     return round(model.mean[i] - model.std[i], 3)
 
 
-def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any) -> LongGrounding | None:
-    """The grounding of one long answer, None with `long_grounding: off` (the answer as generated)."""
+def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any,
+                  gate: Gate | None = None) -> LongGrounding | None:
+    """The grounding of one long answer, None with `long_grounding: off` (the answer as generated);
+    `gate`: the short decision it is held to (`gate.py`)."""
     if cfg.answer.long_grounding == "off":
         return None
     # The check reads the yes/no candidates' log-probabilities, which a backend that does not own the
     # decoding loop (remote) refuses as it refuses logits processors: there, the deterministic checks only.
     own_loop = getattr(generator, "supports_logits_processors", False)
-    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None)
+    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None, gate)
 
 

@@ -19,6 +19,7 @@ from inference.structured import GroundedSpanProcessor
 from ..answer import Answer
 from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
+from .gate import gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
 
@@ -49,9 +50,24 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         yield final
         return
     markers = MarkerFilter({p.marker for p in answer.passages})
-    # long answers: each sentence is shown once judged (None: `answer.long_grounding: off`)
-    grounding = None if short else grounding_for(generator, cfg, answer,
-                                                 policies.for_question(answer.question).entry)
+    # long answers: each sentence is shown once judged (None: `answer.long_grounding: off`), held to
+    # the short answer's decision where its policy is calibrated (gate.py)
+    grounding = None
+    if not short:
+        gate = None
+        if gates(generator, cfg, policies, answer):
+            def processor(texts: list[str], max_tokens: int, margin: float | None) -> GroundedSpanProcessor:
+                return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
+
+            gate = await short_gate(generator, cfg, policies, answer, processor)
+        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate)
+        if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited
+            gate.decision.apply(answer)
+            answer.grounding = grounding.metadata() if grounding is not None else {}
+            final = _account(answer, None, t0)
+            yield final.text
+            yield final
+            return
     last = None
     agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans)
     looped = False

@@ -1,0 +1,126 @@
+"""A long answer answers the question: the short answer's decision first, then only the sentences
+that state it.
+
+Why: long grounding (`long.py`) asks whether each sentence is in the passage it cites, not whether
+it answers the question, so a neighbouring fact passed ("When does the ferry leave?" -> "The fuel
+dock opens in April [1]": supported, cited, and an invented answer). On the own corpus 6 of 16
+unanswerable questions got such a cited answer in long mode while short mode, whose calibrated
+policy weighs the span decoder's confidence and the answerability checks, refused 14.
+
+So a long answer first runs exactly what a short answer runs (the grounded span decode, single or
+per passage, its checks and `ShortAnswerPolicy` deciding: one refusal rule for both modes):
+- refused: the long answer is that refusal, citing nothing, and nothing is generated;
+- answered with span S: the long answer is generated and each sentence, after its own grounding,
+  is kept only when it states S (`states_answer`: every content word and number of S occurs in the
+  sentence); a sentence about something else is `dropped_off_question`. Nothing left: the answer is
+  S itself with its citation (what short mode would have said), never a refusal the policy did not
+  make.
+
+It applies where the policy is calibrated for the question's language (a refusal model or span
+thresholds, from an entry or `answer.refuse_*`): an uncalibrated generator (SmolLM2, a question in a
+language no entry lists) has no calibrated decision to share, and its long answers keep the
+sentence checks only (`Answer.grounding["gate"]` is absent then). Cost: one short answer's work
+before the long one (docs/results.md, "Own corpus").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from inference.structured import GroundedSpanProcessor
+
+from .. import prompt as prompt_mod
+from ..citations import MarkerFilter, content_words, strip_citation_markers
+from .policy import Decision, Policies
+
+if TYPE_CHECKING:
+    from ..answer import Answer
+    from ..config import RagConfig
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The short decision a long answer is held to: refused, or the span `text` from the passage
+    with prompt marker `marker`."""
+
+    decision: Decision
+    marker: int | None
+
+    @property
+    def refused(self) -> bool:
+        return self.decision.refused
+
+    @property
+    def text(self) -> str:
+        return self.decision.text.strip()
+
+    def metadata(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"refused": self.refused}
+        if not self.refused:
+            d.update(answer=self.text, marker=self.marker)
+        return d
+
+
+def gates(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer) -> bool:
+    """Whether this long answer is held to the short decision: grounding on, grounded spans possible
+    (a backend that owns its decoding loop) and a calibrated policy for the question's language."""
+    if cfg.answer.long_grounding == "off" or not cfg.answer.grounded or not answer.passages:
+        return False
+    if not getattr(generator, "supports_logits_processors", False):
+        return False
+    return bool(policies.for_question(answer.question).calibration["calibrated"])
+
+
+async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer,
+                     span_processor: Callable[[list[str], int, float | None], GroundedSpanProcessor]) -> Gate:
+    """Run the short answer's decision over the long answer's passages (the short prompt, its
+    grounded-span decoder, its checks, its policy) and return it; the answer's `refusal_calibration`,
+    `candidates` and check timing record it as a short answer's do. `span_processor(texts,
+    max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`)."""
+    from .short import decide_per_passage, decide_single
+
+    t0 = time.perf_counter()
+    question = answer.standalone_question
+    policy = policies.for_question(answer.question)
+    params = cfg.generator.sampling.params(max_tokens=cfg.answer.short_max_tokens, repetition_penalty=1.0)
+    budget = generator.max_model_len - params.max_tokens
+    built = await asyncio.to_thread(prompt_mod.build, cfg.prompt, generator.tokenizer, question,
+                                    list(answer.passages), budget, "short")
+    texts = [prompt_mod.passage_body(cfg.prompt, p) for p in built.passages]
+    spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
+    if len(built.passages) != len(answer.passages):  # the short prompt is the smaller one; never expected
+        raise RuntimeError("the short-answer gate lost passages the long prompt holds")
+    if policy.per_passage:
+        def processor(ts: list[str]) -> GroundedSpanProcessor:
+            return span_processor(ts, params.max_tokens, float("inf"))
+
+        decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
+                                               processor, spans)
+    else:
+        span = span_processor(texts, params.max_tokens, policy.decoder_margin)
+        params.logits_processors = [*params.logits_processors, span]
+        out = await generator.agenerate(built.token_ids, params, passage_spans=spans)
+        markers = MarkerFilter({p.marker for p in answer.passages})
+        markers.feed(out.outputs[0].text)
+        markers.flush()
+        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span)
+    answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
+    answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
+    marker = None if decision.citation is None else answer.passages[decision.citation].marker
+    return Gate(decision, marker)
+
+
+def states_answer(sentence: str, span: str) -> bool:
+    """Whether `sentence` states the short answer `span`: every content word of the span (numbers
+    split as `content_words` splits them, CJK by character, stemmed) occurs in the sentence; a span
+    of function words only must occur verbatim (case and spacing aside)."""
+    want = content_words(span)
+    bare = strip_citation_markers(sentence)
+    if not want:
+        return " ".join(span.lower().split()) in " ".join(bare.lower().split())
+    have = set(content_words(bare))
+    return all(w in have for w in want)

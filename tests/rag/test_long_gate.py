@@ -1,0 +1,154 @@
+"""Long answers held to the short answer's decision (rag/answering/gate.py) on the real SmolLM2 engine.
+
+SmolLM2 has no calibration, so each test writes a local entry for it (a refusal model over
+`check_passage`: threshold -1e9 refuses everything, +1e9 nothing, 0 refuses where the engine's own
+passage check says no) and removes it afterwards; the judged sentences of the grounding tests are
+fixed text so each path is exercised for sure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rag.answer import Answer, Passage
+from rag.answering.gate import Gate, states_answer
+from rag.answering.long import LongGrounding
+from rag.answering.policy import Decision
+
+HARBOUR = ("Port Elvra harbour has 64 moorings. Since 2019 the harbour master is Ines Kallio. A mooring costs "
+           "18 euros per night, or 26 euros for boats over 12 metres.")
+DRONE = "The XR-300 drone has a flight time of 55 minutes and a foldable frame."
+
+
+def _refusal_model(pipeline, threshold: float, languages: list[str] | None = None) -> None:
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    model = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": threshold}
+    save_thresholds(calibration_path(cfg.storage_path, cfg.answer.calibration), cfg.generator.engine.model,
+                    {"refusal_model": model, **({"languages": languages} if languages else {})})
+
+
+@pytest.fixture
+def calibrated(pipeline):
+    """Write a refusal model for SmolLM2 with `calibrated(threshold)`; removed after the test."""
+    cfg = pipeline.cfg
+    path = cfg.storage_path / cfg.answer.calibration
+    yield lambda threshold, languages=None: _refusal_model(pipeline, threshold, languages)
+    path.unlink(missing_ok=True)
+
+
+def _pipe(pipeline):
+    """A pipeline over the session's store, retriever and engine whose policies read the calibration
+    file as it is now."""
+    from rag.answering.policy import Policies
+    from rag.pipeline import Pipeline
+
+    return Pipeline(pipeline.cfg, store=pipeline.store, generator=pipeline.generator, retriever=pipeline.retriever,
+                    policies=Policies(pipeline.cfg))
+
+
+def _stream(pipe, question: str, texts: list[str]) -> tuple[str, Answer]:
+    deltas, final = [], None
+    for item in pipe.stream(question, passages=texts, mode="long"):
+        if isinstance(item, Answer):
+            final = item
+        else:
+            deltas.append(item)
+    assert final is not None
+    return "".join(deltas), final
+
+
+def test_states_answer_needs_every_word_and_number_of_the_span():
+    """Catches a sentence counted as answering when it states part of the span, another number, or
+    the span only inside a longer number."""
+    assert states_answer("The XR-300 drone flies for 55 minutes [2].", "55 minutes")
+    assert states_answer("Boats over 12 metres pay 26 euros per night [1].", "26 euros")
+    assert not states_answer("A mooring costs 18 euros per night [1].", "26 euros")
+    assert not states_answer("The harbour master is Kallio [1].", "Ines Kallio")
+    assert not states_answer("It has 155 moorings [1].", "55")
+    assert states_answer("龍山寺建於西元1738年 [1]。", "1738年")
+    # a span of function words only must occur verbatim
+    assert states_answer("It is one of the oldest [1].", "of the") and not states_answer("The hut [1].", "of the")
+
+
+def _ground(pipeline, text: str, gate: Gate, question: str) -> tuple[LongGrounding, str]:
+    ps = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
+          for i, t in enumerate([HARBOUR, DRONE])]
+    g = LongGrounding(pipeline.generator, pipeline.cfg, Answer(question=question, text="", passages=ps), None, gate)
+
+    async def run() -> str:
+        out = [await g.feed(text[i:i + 4]) for i in range(0, len(text), 4)]
+        return "".join(out) + await g.finish()
+
+    return g, pipeline.generator.run(run())
+
+
+def test_gated_grounding_keeps_only_sentences_that_state_the_answer(pipeline):
+    """Catches a supported neighbouring fact kept beside the answer, or the answer sentence lost."""
+    gate = Gate(Decision("55 minutes", 1, False, {}), 2)
+    text = "The XR-300 drone has a flight time of 55 minutes [2]. It has a foldable frame [2]."
+    g, shown = _ground(pipeline, text, gate, "How long does the XR-300 drone fly?")
+    assert [j.path for j in g.judged] == ["kept", "dropped_off_question"]
+    assert shown == g.text == "The XR-300 drone has a flight time of 55 minutes [2]."
+    assert g.metadata()["gate"] == {"refused": False, "answer": "55 minutes", "marker": 2}
+
+
+def test_gated_grounding_with_only_neighbouring_facts_gives_the_span_not_the_fact(pipeline):
+    """Catches the issue's failure: every sentence is a supported fact about something else (the
+    moorings for a question about the drone) and one is still shown with its citation; and a
+    refusal where the policy answered."""
+    gate = Gate(Decision("55 minutes", 1, False, {}), 2)
+    g, shown = _ground(pipeline, "Port Elvra harbour has 64 moorings [1].", gate, "How long does the XR-300 fly?")
+    assert [j.path for j in g.judged] == ["dropped_off_question", "short_answer"]
+    assert shown == g.text == "55 minutes [2]" and not g.refused
+
+
+def test_long_answer_is_the_policy_refusal_and_generates_nothing(pipeline, calibrated):
+    """Catches a long answer that ignores the calibrated refusal (generates and cites a neighbouring
+    fact) or decodes the long answer anyway: the refusal model refuses everything here."""
+    calibrated(-1e9)
+    shown, a = _stream(_pipe(pipeline), "How long does the XR-300 drone fly?", [HARBOUR, DRONE])
+    assert a.refused and a.text == shown == pipeline.cfg.prompt.refusal and a.citations == []
+    assert a.grounding["gate"] == {"refused": True} and a.grounding["sentences"] == []
+    assert a.refusal_calibration["by"] == "refusal_model" and "p_unanswerable" in a.signals
+    assert "gate" in a.timings_ms and "prefill" not in a.timings_ms  # the long answer was never decoded
+    assert a.closest_passages  # a refusal shows what came closest
+
+
+def test_long_answer_past_the_gate_states_the_short_answer(pipeline, calibrated):
+    """Catches a gate whose answer is not the short answer's, or sentences shown that do not state it:
+    with a refusal model that never refuses, the long answer's every shown sentence holds the span the
+    short mode gives for the same question and passages, and the stream is the final text."""
+    calibrated(1e9)
+    q, texts = "How long does the XR-300 drone fly?", [HARBOUR, DRONE]
+    pipe = _pipe(pipeline)
+    short = pipe.ask(q, passages=texts, mode="short")
+    shown, a = _stream(pipe, q, texts)
+    assert not short.refused and not a.refused
+    gate = a.grounding["gate"]
+    assert gate["refused"] is False and gate["answer"] == short.text.rsplit(" [", 1)[0]
+    assert shown == a.text and a.citations
+    kept = [s for s in a.grounding["sentences"] if s["path"] in ("kept", "recited", "uncited", "short_answer")]
+    assert kept and all(states_answer(s.get("cited_as", s["text"]), gate["answer"]) for s in kept)
+
+
+@pytest.mark.parametrize("question", ["How long does the XR-300 drone fly?", "When does the ferry leave?"])
+def test_long_and_short_refuse_the_same_questions(pipeline, calibrated, question):
+    """Catches a second refusal rule: with a real decision (refuse where SmolLM2's passage check says
+    no), the long answer refuses exactly when the short answer does."""
+    calibrated(0.0)
+    pipe = _pipe(pipeline)
+    short = pipe.ask(question, passages=[HARBOUR, DRONE], mode="short")
+    _, long_ = _stream(pipe, question, [HARBOUR, DRONE])
+    assert long_.refused == short.refused
+    assert long_.signals.get("check_passage") == pytest.approx(short.signals.get("check_passage"), abs=1e-3)
+
+
+def test_uncalibrated_language_is_not_gated(pipeline, calibrated):
+    """Catches an English-only calibration holding a Chinese question's long answer to it (the
+    decoder's path decides there, and its long answer keeps the sentence checks only)."""
+    calibrated(-1e9, ["en"])
+    _, a = _stream(_pipe(pipeline), "XR-300 無人機能飛多久？", [HARBOUR, DRONE])
+    assert "gate" not in a.grounding and "gate" not in a.timings_ms
