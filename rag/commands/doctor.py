@@ -58,7 +58,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     eng = cfg.generator.engine
     auto = None
     if eng.model == AUTO:  # what `auto` is here, from the speed cache (doctor never measures)
-        choice = choose(eng, cfg.answer.latency_budget_s, measure=False)
+        choice = choose(eng, cfg.answer.latency_budget_s, measure=False, cfg=cfg)
         auto = {"model": choice.name, "reason": choice.reason}
         if choice.name is not None:
             eng.model = choice.name

@@ -46,11 +46,11 @@ def rows() -> list[dict]:
 def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
     """What `generator.engine.model: auto` picks under this config, and each installed model's
     seconds per answer (measured on this machine, or estimated by size from a measured one)."""
-    from rag.generation.auto_model import TEST_ONLY, choose, estimates
+    from rag.generation.auto_model import TEST_ONLY, choose, describe_work, estimates
 
     cfg = config_from(args)
     budget = cfg.answer.latency_budget_s
-    choice = choose(cfg.generator.engine, budget, measure=args.measure, remeasure_contended=True)
+    choice = choose(cfg.generator.engine, budget, measure=args.measure, remeasure_contended=True, cfg=cfg)
     sizes = {r["name"]: r["size_bytes"] for r in data}
     guessed = estimates(choice.seconds, sizes)
     for r in data:
@@ -59,6 +59,8 @@ def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
         r["speed"] = "measured" if measured is not None else "estimated" if r["name"] in guessed else None
         r["auto"] = r["name"] == choice.name
         r["contended"] = r["name"] in choice.contended
+        r["work"] = choice.work.get(r["name"])  # what one timed question ran (the pipeline probe)
+        r["why"] = describe_work(r["work"]) if r["work"] else None
     return {"model": choice.name, "reason": choice.reason, "budget_s": budget,
             "configured": cfg.generator.engine.model,
             "note": f"{TEST_ONLY} is for tests and compression: auto picks it only when nothing else is installed"}
@@ -89,9 +91,13 @@ def run_list(args: argparse.Namespace) -> int:
     print(f"auto → {auto['reason']}" + "".join(f"; {n} not installed" for n in missing))
     if auto["configured"] != "auto":
         print(f"(this config names generator.engine.model={auto['configured']}: auto is not used)")
-    print(f"seconds per answer: a 900-token prompt + 24 tokens with this config's engine settings; ~ estimated "
-          f"by size, ? not measured (--measure measures); budget answer.latency_budget_s = {auto['budget_s']:g} s; "
-          f"{auto['note']}")
+    for r in data:
+        if r.get("why"):
+            print(f"  {r['name']}: {r['seconds_per_answer']:.1f} s per question = {r['why']}")
+    print(f"seconds per answer: this config's answer step per question (mode, short-answer gate, per-passage "
+          f"spans and checks, the answer; retrieval aside), timed on synthetic questions of ~1,150 prompt tokens "
+          f"with its engine settings; ~ estimated by size, ? not measured (--measure measures); budget "
+          f"answer.latency_budget_s = {auto['budget_s']:g} s; {auto['note']}")
     if any(r.get("contended") for r in data):
         print("! measured while other processes kept the CPU busy (load before the probe, or its threads' CPU "
               "share): `rag models list --measure` measures it again")

@@ -2,12 +2,19 @@
 
 Why measured, not guessed: seconds per answer depend on the CPU's ISA (AVX2 vs AVX-512/bf16 changes
 prefill 2x), the kernels that built, the thread count and the weights' format, so the only honest
-number is one taken on this machine. A short probe (a PROMPT_TOKENS-token prompt, PROBE_DECODE new
-tokens, the engine settings of the config, best of PROBE_REPEATS runs) runs in a subprocess once per
-`Machine` (model file, CPU model + engine flags, kernel ISA and sources, threads, quantization,
-dtype, device) and is cached in `<model cache>/speed.json`; an answer is then estimated as the
-prefill of a typical RAG prompt plus ANSWER_TOKENS decoded tokens and compared with
-`answer.latency_budget_s`.
+number is one taken on this machine. A probe runs in a subprocess once per `Machine` (model file,
+CPU model + engine flags, kernel ISA and sources, threads, quantization, dtype, device, and the
+config's per-question work, `pipeline_key`) and is cached in `<model cache>/speed.json`.
+
+What it times is the pipeline's answer step, not one prompt (`rag/generation/pipeline_probe.py`): PROBE_REPEATS
+synthetic questions (after one warm-up), each over `answer.context_k` passages of a typical RAG
+prompt's size (PROMPT_TOKENS in all), answered by `Pipeline.ask` with the config's mode and
+everything it runs per question: for the 1.5B's default long mode the short-answer gate's span
+decodes, its passage checks and answer check, the long answer and its sentence checks. The median
+(the pipeline's p50) is compared with `answer.latency_budget_s`. A prompt-only probe (900 tokens
++ 16) under-counted it: it said 5-7 s for the 1.5B whose own-corpus p50 was 7.2-7.7 s. Without a
+config (`choose(cfg=None)`) the prompt-only probe remains: prefill of a PROMPT_TOKENS prompt plus
+ANSWER_TOKENS decoded tokens.
 
 The rule (`decide`, pure): among installed catalogue models other than SmolLM2, largest first, the
 first whose measured seconds per answer fit the budget. None fits: the smallest (fastest by its
@@ -70,6 +77,7 @@ class Machine:
     dtype: str = "auto"
     device: str = "auto"
     kernels: str = ""  # hash of the native kernels' sources: new kernels, new speed
+    pipeline: str = ""  # `pipeline_key` of the config whose answer step was timed ("": the prompt-only probe)
 
     def key(self, model_sha256: str) -> str:
         blob = json.dumps([model_sha256, asdict(self)], sort_keys=True)
@@ -86,6 +94,10 @@ class Speed:
     cpu_share: float | None = None  # process CPU time / (wall time x threads) while timed
     others_load: float | None = None  # 1-minute load average before the probe started
     cores: int | None = None  # CPUs the probe could use
+    # the pipeline probe: p50 seconds per question of the answer step, and what one question made the
+    # engine do (`work_summary`); None: the prompt-only probe
+    question_s: float | None = None
+    work: dict[str, Any] | None = None
 
     @property
     def contended(self) -> bool:
@@ -103,8 +115,11 @@ class Speed:
 
     @property
     def seconds_per_answer(self) -> float:
-        """Prefill of a PROMPT_TOKENS prompt (scaled linearly from the probe's length) + the rest of
-        an ANSWER_TOKENS answer (the first token came with the prefill)."""
+        """The pipeline's measured p50 seconds per question when the answer step was timed; else
+        (prompt-only probe) prefill of a PROMPT_TOKENS prompt (scaled linearly from the probe's
+        length) + the rest of an ANSWER_TOKENS answer (the first token came with the prefill)."""
+        if self.question_s is not None:
+            return self.question_s
         return self.prefill_s * PROMPT_TOKENS / self.prompt_tokens + (ANSWER_TOKENS - 1) * self.decode_s
 
 
@@ -116,6 +131,7 @@ class Choice:
     reason: str
     seconds: dict[str, float | None] = field(default_factory=dict)
     contended: list[str] = field(default_factory=list)  # measured while the CPU was busy
+    work: dict[str, dict[str, Any]] = field(default_factory=dict)  # per measured model: what a question ran
 
 
 def _fmt(s: float) -> str:
@@ -196,14 +212,42 @@ def kernel_sources_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def this_machine(engine: EngineConfig) -> Machine:
+def this_machine(engine: EngineConfig, cfg: RagConfig | None = None) -> Machine:
+    """This machine for `engine`; with `cfg`, also keyed by the config's per-question work (its
+    answer step is what the probe times)."""
     from inference.cpu_features import ENGINE_FLAGS, cpu_flags, cpu_model
 
     flags = cpu_flags()  # RAG_CPU_ISA masks count: they change the engine's paths
     return Machine(cpu=cpu_model(), flags=tuple(f for f in ENGINE_FLAGS if f in flags),
                    kernel_isa=predicted_kernel_isa(flags), threads=threads_for(engine),
                    quantization=engine.quantization, dtype=engine.dtype, device=engine.device,
-                   kernels=kernel_sources_hash())
+                   kernels=kernel_sources_hash(), pipeline=pipeline_key(cfg) if cfg is not None else "")
+
+
+# the settings that do not change what one question makes the engine do (the budget, where things live)
+_NOT_WORK = {"answer": ("latency_budget_s",), "engine": ("model", "num_threads", "device", "dtype", "quantization")}
+
+
+def pipeline_key(cfg: RagConfig) -> str:
+    """What one answered question costs depends on the config beyond the model and the machine: the
+    answer mode, the passages per prompt, the checks, grounding and gate (`answer.*`), the prompts,
+    the sampling (max tokens), the engine's cache settings, and the calibration entry that switches
+    per-passage spans and checks on (a local `rag eval calibrate` file changes them). A hash of
+    those: a new value is a new measurement. Not in it: the budget, the model and the machine's own
+    fields (`Machine`)."""
+    answer = {k: v for k, v in cfg.answer.model_dump(mode="json").items() if k not in _NOT_WORK["answer"]}
+    engine = {k: v for k, v in cfg.generator.engine.model_dump(mode="json").items() if k not in _NOT_WORK["engine"]}
+    from rag.calibration import calibration_path
+
+    local = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    try:
+        calibration = hashlib.sha256(local.read_bytes()).hexdigest()[:16]
+    except OSError:
+        calibration = ""  # none here: the shipped entries (part of the package's version)
+    blob = json.dumps({"answer": answer, "prompt": cfg.prompt.model_dump(mode="json"), "engine": engine,
+                       "sampling": cfg.generator.sampling.model_dump(mode="json"), "calibration": calibration},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 # ---- the cache -----------------------------------------------------------------------------------
@@ -226,7 +270,7 @@ class SpeedCache:
         if not rec:
             return None
         return Speed(rec["prefill_s"], rec["decode_s"], rec.get("prompt_tokens", PROMPT_TOKENS), rec.get("cpu_share"),
-                     rec.get("others_load"), rec.get("cores"))
+                     rec.get("others_load"), rec.get("cores"), rec.get("question_s"), rec.get("work"))
 
     def put(self, entry: ModelEntry, machine: Machine, speed: Speed) -> None:
         data = self._read()
@@ -247,22 +291,68 @@ class ProbeError(RuntimeError):
 
 
 def probe(model: str, machine: Machine, prompt_tokens: int = PROMPT_TOKENS, decode_tokens: int = PROBE_DECODE,
-          timeout_s: float = 600.0, repeats: int = PROBE_REPEATS) -> Speed:
+          timeout_s: float = 600.0, repeats: int = PROBE_REPEATS, config: RagConfig | None = None) -> Speed:
     """Measure `model` with the real engine in a subprocess (its memory goes when it exits, and the
-    caller never holds a model it may not pick)."""
+    caller never holds a model it may not pick). With `config`: time its answer step per question
+    (`pipeline_probe.py`; `prompt_tokens`/`decode_tokens` do not apply), else one prompt."""
+    import tempfile
+
     cmd = [sys.executable, "-m", "rag.generation.auto_model", model, "--threads", str(machine.threads),
            "--quantization", machine.quantization, "--dtype", machine.dtype, "--device", machine.device,
            "--prompt-tokens", str(prompt_tokens), "--decode-tokens", str(decode_tokens), "--repeats", str(repeats)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:
-        raise ProbeError(f"speed probe of {model} took over {timeout_s:.0f} s") from e
+    with tempfile.TemporaryDirectory(prefix="rag-probe-") as tmp:
+        if config is not None:  # rag/generation/pipeline_probe.py (run, not imported: it imports the pipeline)
+            path = Path(tmp) / "config.json"
+            path.write_text(json.dumps(probe_config(config, model, machine, Path(tmp) / "storage")), encoding="utf-8")
+            cmd = [sys.executable, "-m", "rag.generation.pipeline_probe", path.as_posix(), "--threads",
+                   str(machine.threads), "--repeats", str(repeats)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            raise ProbeError(f"speed probe of {model} took over {timeout_s:.0f} s") from e
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise ProbeError(f"speed probe of {model} failed: {last}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     return Speed(d["prefill_s"], d["decode_s"], d["prompt_tokens"], d.get("cpu_share"), d.get("others_load"),
-                 d.get("cores"))
+                 d.get("cores"), d.get("question_s"), d.get("work"))
+
+
+def probe_config(cfg: RagConfig, model: str, machine: Machine, storage: Path) -> dict[str, Any]:
+    """The config the pipeline probe answers with: `cfg` with the model and the machine's engine
+    settings pinned, its own empty store (`storage`; the user's is never opened) and no passage KV
+    files written, but the user's calibration file (it decides which checks run)."""
+    from rag.calibration import calibration_path
+
+    data = cfg.to_dict()
+    eng = data["generator"]["engine"]
+    eng.update(model=model, num_threads=machine.threads, quantization=machine.quantization, dtype=machine.dtype,
+               device=machine.device)
+    eng["passage_cache"]["disk_path"] = None
+    data["generator"]["backend"] = "engine"
+    data["storage"].update(path=str(storage), backend="sqlite")
+    data["answer"]["calibration"] = str(calibration_path(cfg.storage_path, cfg.answer.calibration).resolve())
+    return data
+
+
+def describe_work(work: Mapping[str, Any]) -> str:
+    """One clause: what a question cost the engine, e.g. "long answer after the short-answer gate (5
+    passage spans, checks), 2310 prompt tokens computed + 96 generated, p50 of 3 questions"."""
+    parts = [f"{work.get('mode', '?')} answer"]
+    short = []
+    if work.get("per_passage"):
+        short.append(f"{work['per_passage']} passage spans")
+    if work.get("checks"):
+        short.append("checks")
+    if work.get("gate"):
+        parts[0] += " after the short-answer gate" + (f" ({', '.join(short)})" if short else "")
+    elif short:
+        parts[0] += f" ({', '.join(short)})"
+    parts.append(f"{work.get('prompt_tokens', 0)} prompt tokens computed + {work.get('generated_tokens', 0)} "
+                 "generated")
+    parts.append(f"p50 of {work.get('questions', 1)} questions" + (" (it refused: under-counted)"
+                                                                   if work.get("refused") else ""))
+    return ", ".join(parts)
 
 
 def _probe_main(argv: list[str] | None = None) -> int:
@@ -317,11 +407,14 @@ def _installed() -> list[ModelEntry]:
 
 
 def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, cache: SpeedCache | None = None,
-           machine: Machine | None = None, run_probe: Callable[[str, Machine], Speed] = probe,
-           log: Callable[[str], None] | None = None, remeasure_contended: bool = False) -> Choice:
+           machine: Machine | None = None, run_probe: Callable[[str, Machine], Speed] | None = None,
+           log: Callable[[str], None] | None = None, remeasure_contended: bool = False,
+           cfg: RagConfig | None = None) -> Choice:
     """What `auto` is on this machine. `measure`: probe the installed models that have no measurement
     for this machine, largest first, until one fits the budget (one stderr line each);
-    `remeasure_contended`: also those measured while the CPU was busy."""
+    `remeasure_contended`: also those measured while the CPU was busy. `cfg`: the config whose answer
+    step is timed per question (the pipeline probe; None: the prompt-only probe). `run_probe`: what
+    measures (default `probe`); tests give their own measurements."""
     pin = os.environ.get(PIN_ENV, "").strip()
     if pin:
         return Choice(pin, f"{pin}: pinned by {PIN_ENV}")
@@ -329,14 +422,22 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
     if machine is None:
         if engine is None:
             raise ValueError("choose() needs the engine config or the machine")
-        machine = this_machine(engine)
+        machine = this_machine(engine, cfg)
+    if run_probe is None:
+        def run_probe(model: str, m: Machine) -> Speed:
+            return probe(model, m, config=cfg)
+    what = (f"its answer step on {PROBE_REPEATS} synthetic questions (this config's mode and checks)" if cfg is not None
+            else f"{PROMPT_TOKENS}-token prompt + {PROBE_DECODE} tokens, best of {PROBE_REPEATS}")
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     entries = sorted(_installed(), key=lambda e: -e.size)
     seconds: dict[str, float | None] = {}
     contended: list[str] = []
+    work: dict[str, dict[str, Any]] = {}
     for e in entries:
         got = cache.get(e, machine)
         seconds[e.name] = got.seconds_per_answer if got else None
+        if got is not None and got.work:
+            work[e.name] = got.work
         if got is not None and got.contended:
             contended.append(e.name)
             if remeasure_contended and measure:
@@ -346,8 +447,7 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
             if e.name == TEST_ONLY:
                 continue
             if seconds[e.name] is None:
-                log(f"model auto: measuring {e.name} on this CPU once ({PROMPT_TOKENS}-token prompt + "
-                    f"{PROBE_DECODE} tokens, best of {PROBE_REPEATS}; cached in {cache.path})")
+                log(f"model auto: measuring {e.name} on this CPU once ({what}; cached in {cache.path})")
                 try:
                     speed = run_probe(e.name, machine)
                 except ProbeError as err:
@@ -355,6 +455,8 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
                     continue
                 cache.put(e, machine, speed)
                 seconds[e.name] = speed.seconds_per_answer
+                if speed.work:
+                    work[e.name] = speed.work
                 if speed.contended:
                     if e.name not in contended:
                         contended.append(e.name)
@@ -366,6 +468,7 @@ def choose(engine: EngineConfig | None, budget: float, *, measure: bool = True, 
                 break  # the largest that fits: smaller ones need no measurement
     choice = decide([(e.name, e.size) for e in entries], seconds, budget)
     choice.contended = contended
+    choice.work = work
     return choice
 
 
@@ -385,7 +488,7 @@ def resolve_config_model(cfg: RagConfig, measure: bool = True) -> str:
     eng = cfg.generator.engine
     if eng.model != AUTO:
         return eng.model
-    c = choose(eng, cfg.answer.latency_budget_s, measure=measure and cfg.generator.backend == "engine")
+    c = choose(eng, cfg.answer.latency_budget_s, measure=measure and cfg.generator.backend == "engine", cfg=cfg)
     if c.name is None:
         from inference.catalog import ModelNotInstalledError
 

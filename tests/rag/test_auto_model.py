@@ -90,6 +90,64 @@ def test_seconds_per_answer_and_estimates():
     assert est["qwen2.5-1.5b"] == pytest.approx(4.0 * sizes["qwen2.5-1.5b"] / sizes["qwen2.5-0.5b"])
 
 
+def test_the_pipeline_figure_decides_not_the_prompt_alone():
+    """Catches auto choosing from the prompt-only estimate when the answer step was timed: the 1.5B's
+    900-token prompt + 24 tokens fits 6 s (3 + 23 x 0.1 = 5.3 s) but its questions took 7.5 s p50 with
+    the checks and the gate, so the 0.5B (4.2 s per question) is the pick."""
+    big = Speed(prefill_s=3.0, decode_s=0.1, question_s=7.5, work={"mode": "long", "gate": True})
+    small = Speed(prefill_s=1.0, decode_s=0.04, question_s=4.2)
+    assert Speed(prefill_s=3.0, decode_s=0.1).seconds_per_answer == pytest.approx(5.3)
+    assert big.seconds_per_answer == 7.5
+    c = decide(SIZES, {"qwen2.5-1.5b": big.seconds_per_answer, "qwen2.5-0.5b": small.seconds_per_answer}, 6)
+    assert c.name == "qwen2.5-0.5b" and c.reason == "qwen2.5-0.5b: 4.2 s ≤ budget 6 s; qwen2.5-1.5b: 7.5 s > budget"
+
+
+def test_describe_work_says_what_a_question_ran():
+    """Catches a why line that hides the gate, the per-passage spans or a probe question that refused
+    (a refused question skips the long answer, so its time under-counts)."""
+    from rag.generation.auto_model import describe_work
+
+    w = {"mode": "long", "gate": True, "per_passage": 5, "checks": ["check_passage", "check_answer"],
+         "prompt_tokens": 2310, "generated_tokens": 96, "questions": 3, "refused": False}
+    assert describe_work(w) == ("long answer after the short-answer gate (5 passage spans, checks), 2310 prompt "
+                                "tokens computed + 96 generated, p50 of 3 questions")
+    assert describe_work({**w, "refused": True}).endswith("(it refused: under-counted)")
+    assert describe_work({"mode": "short", "per_passage": 0, "checks": [], "prompt_tokens": 900,
+                          "generated_tokens": 5, "questions": 3}).startswith("short answer, 900 prompt tokens")
+
+
+def test_pipeline_key_follows_the_per_question_work_not_the_budget(tmp_path):
+    """Catches a measurement reused for a config that makes each question cost more (another mode,
+    more passages, checks switched on by a local calibration), or re-taken for a budget change."""
+    from rag.config import load_config
+    from rag.generation.auto_model import pipeline_key
+
+    base = [f"storage.path={tmp_path}"]
+    key = pipeline_key(load_config(None, base))
+    assert pipeline_key(load_config(None, [*base, "answer.latency_budget_s=12"])) == key
+    assert pipeline_key(load_config(None, [*base, "generator.engine.model=qwen2.5-0.5b"])) == key  # in Machine
+    for change in ("answer.mode=short", "answer.context_k=8", "answer.verify=false", "answer.long_grounding=off",
+                   "generator.sampling.max_tokens=256"):
+        assert pipeline_key(load_config(None, [*base, change])) != key, change
+    (tmp_path / "calibration.json").write_text("{}", encoding="utf-8")
+    assert pipeline_key(load_config(None, base)) != key
+    engine = load_config(None, base).generator.engine
+    assert this_machine(engine, load_config(None, base)).key("x") != this_machine(engine).key("x")
+
+
+def test_probe_questions_differ_and_hold_their_answer():
+    """Catches probe questions that share passages (the prefix cache would serve the timed ones from the
+    warm-up and under-count) or whose answer is not in a passage (the gate would refuse and skip the
+    long answer)."""
+    from rag.generation.pipeline_probe import probe_question
+
+    (q1, p1), (q2, p2) = probe_question(1, 5), probe_question(2, 5)
+    assert len(p1) == 5 and q1 != q2 and not set(p1) & set(p2)
+    # each names its town within its first words (a prefix-cache block is 16 tokens: it never matches)
+    assert all("Ostrava" in " ".join(p.split()[:6]) for p in p1)
+    assert "Kelmoor harbour has 54 moorings" in p2[0] and "Kelmoor" in q2
+
+
 # ---- the cache, keyed by machine -------------------------------------------------------------------
 
 def test_cache_is_keyed_by_cpu_and_a_new_cpu_is_measured_again(cache_dir):
@@ -153,6 +211,25 @@ def test_real_probe_measures_the_engine():
               timeout_s=300)
     assert s.prompt_tokens == 64 and s.prefill_s > 0 and s.decode_s > 0
     assert s.seconds_per_answer > s.prefill_s
+    assert s.question_s is None and s.work is None
+
+
+def test_real_pipeline_probe_times_the_answer_step(tmp_path):
+    """The pipeline probe on the real engine (SmolLM2, 2 passages, long mode): a per-question time
+    that is the figure auto compares, and the engine's token accounting of that question. Catches a
+    probe that times only the prompt (no generated tokens or sentences counted) or reads the user's
+    store (its storage is a temp dir: nothing is written under storage.path)."""
+    from rag.config import load_config
+
+    cfg = load_config(None, [f"storage.path={tmp_path / 'user'}", "answer.context_k=2",
+                             "generator.sampling.max_tokens=32", "generator.engine.max_model_len=1024",
+                             "generator.engine.kv_cache_memory=0.5"])
+    s = probe("smollm2", this_machine(cfg.generator.engine, cfg), repeats=1, timeout_s=300, config=cfg)
+    assert s.question_s is not None and s.question_s > 0 and s.seconds_per_answer == s.question_s
+    w = s.work
+    assert w["mode"] == "long" and w["questions"] == 1 and not w["gate"]  # SmolLM2 is uncalibrated: no gate
+    assert w["prompt_tokens"] > 300 and w["generated_tokens"] > 0 and w["sentences"] >= 1
+    assert not (tmp_path / "user").exists()
 
 
 # ---- config and resolution -------------------------------------------------------------------------
@@ -180,13 +257,18 @@ def test_resolution_replaces_auto_once(monkeypatch):
 
 # ---- rag models list -------------------------------------------------------------------------------
 
-def _measured(cache_dir: Path, seconds: dict[str, float]) -> None:
+def _measured(cache_dir: Path, seconds: dict[str, float], work: dict | None = None) -> None:
+    """Cache measurements for the default config's answer step on this machine (what `rag models
+    list` reads): prompt-only figures, or with `work` the pipeline probe's per-question seconds."""
     from rag.config import RagConfig
 
-    machine = this_machine(RagConfig().generator.engine)
+    cfg = RagConfig()
+    machine = this_machine(cfg.generator.engine, cfg)
     cache = SpeedCache(cache_dir / "speed.json")
     for name, s in seconds.items():
-        cache.put(find_entry(name), machine, Speed(prefill_s=s - (ANSWER_TOKENS - 1) * 0.05, decode_s=0.05))
+        speed = Speed(prefill_s=s - (ANSWER_TOKENS - 1) * 0.05, decode_s=0.05) if work is None else \
+            Speed(prefill_s=1.0, decode_s=0.05, question_s=s, work=work)
+        cache.put(find_entry(name), machine, speed)
 
 
 def test_models_list_marks_the_auto_choice_and_why(cache_dir, capsys):
@@ -206,6 +288,25 @@ def test_models_list_marks_the_auto_choice_and_why(cache_dir, capsys):
     assert data["auto"]["model"] == "qwen2.5-1.5b" and data["auto"]["budget_s"] == 12
     rows = {r["name"]: r for r in data["models"]}
     assert rows["qwen2.5-1.5b"]["auto"] and rows["qwen2.5-1.5b"]["speed"] == "measured"
+
+
+def test_models_list_shows_the_per_question_figure_and_what_it_ran(cache_dir, capsys):
+    """Catches `rag models list` showing the prompt-only figure, or not saying why, when the answer
+    step was timed."""
+    from rag.cli import main
+
+    fake_install(cache_dir, "qwen2.5-0.5b", "qwen2.5-1.5b")
+    work = {"mode": "long", "gate": True, "per_passage": 5, "checks": ["check_passage"], "prompt_tokens": 2400,
+            "generated_tokens": 90, "questions": 3, "refused": False}
+    _measured(cache_dir, {"qwen2.5-0.5b": 4.4, "qwen2.5-1.5b": 9.7}, work)
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "auto → qwen2.5-0.5b: 4.4 s ≤ budget 6 s; qwen2.5-1.5b: 9.7 s > budget" in out
+    assert ("qwen2.5-1.5b: 9.7 s per question = long answer after the short-answer gate (5 passage spans, checks), "
+            "2400 prompt tokens computed + 90 generated, p50 of 3 questions") in out
+    assert main(["models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
+    assert rows["qwen2.5-1.5b"]["work"] == work and rows["qwen2.5-1.5b"]["why"].startswith("long answer")
 
 
 def test_models_list_estimates_unmeasured_and_names_missing(cache_dir, capsys):
@@ -250,7 +351,7 @@ def test_a_busy_machine_measurement_is_flagged_and_measured_again_on_request(cac
     assert calls == [] and c.contended == ["qwen2.5-0.5b"]  # an answer never waits for a re-measure
     c = choose(None, 6, cache=cache, machine=MACHINE, run_probe=given, log=lambda _: None, remeasure_contended=True)
     assert calls == ["qwen2.5-0.5b"] and c.contended == [] and c.reason.startswith("qwen2.5-0.5b: 5.8 s ≤ budget")
-    cache.put(entry, this_machine(RagConfig().generator.engine), busy)
+    cache.put(entry, this_machine(RagConfig().generator.engine, RagConfig()), busy)
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
     assert "17.8 s!" in out and "measured while other processes kept the CPU busy" in out
