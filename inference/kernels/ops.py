@@ -211,6 +211,12 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return _op("silu_mul")(gate_up)
 
 
+def silu_mul_(gate_up: torch.Tensor) -> torch.Tensor:
+    """`silu_mul` written over the gate half of `gate_up` (which it consumes), returned as a
+    [T, I] view with gate_up's row stride; `quant_linear` takes it without a copy."""
+    return _op("silu_mul_")(gate_up)
+
+
 def set_prefetch(distance_bytes: int) -> int:
     """Software-prefetch distance of the row kernels (0 = off); returns the previous one."""
     _require()

@@ -71,12 +71,6 @@ class Attention(nn.Module):
         return self.o_proj(o.reshape(t, self.q_size))
 
 
-# The native silu_mul calls a scalar exp: one op instead of three wins for decode steps, but for a
-# prompt chunk torch's vectorised SiLU is faster (the 16-request RAG workload of bench/engine.py
-# spent 7.6% of its time in the native one with the 1.5B).
-SILU_MUL_MAX_ROWS = 32
-
-
 class MLP(nn.Module):
     def __init__(self, cfg) -> None:
         super().__init__()
@@ -86,8 +80,11 @@ class MLP(nn.Module):
         self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused and x.dtype == torch.float32 and x.shape[0] <= SILU_MUL_MAX_ROWS:
-            return self.down_proj(_ops().silu_mul(self.gate_up_proj(x)))
+        # One native op (SIMD exp per ISA) instead of torch's split, SiLU, multiply, written over
+        # the gate half (no new buffer to fault in): 6-13x faster for batched decode on Zen 5,
+        # ~2x for a prompt chunk, where it is memory-bound.
+        if self.fused and x.dtype == torch.float32:
+            return self.down_proj(_ops().silu_mul_(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 

@@ -112,6 +112,43 @@ def test_silu_mul_matches_torch():
     assert torch.allclose(ops.silu_mul(gu), F.silu(gate) * up, rtol=1e-5, atol=1e-6)
 
 
+def test_silu_mul_in_place_view_feeds_quant_linear():
+    """silu_mul_ returns a view over the gate half (row stride 2I), and quant_linear must read its
+    rows at that stride: catches the quantiser stepping K floats per row (it would read up values
+    into row 1 on), the view's values differing from silu_mul, and the float (F16) path reading
+    the view as if contiguous."""
+    k = 256
+    gu = torch.randn(5, 2 * k, generator=torch.Generator().manual_seed(3))
+    want = ops.silu_mul(gu)
+    got = ops.silu_mul_(gu.clone())
+    assert got.stride() == (2 * k, 1) and torch.equal(got, want)
+    for qtype in (formats.Q4_K, formats.Q8_0, formats.F16):
+        w = torch.from_numpy(make_weights(qtype, 24, k, seed=1))
+        dense = ops.quant_linear(want.contiguous(), [w], [qtype], k, None)
+        assert torch.equal(ops.quant_linear(got, [w], [qtype], k, None), dense), qtype
+
+
+@pytest.mark.parametrize("isa", [i for i in ops.supported_isas() if i != "scalar"])
+def test_silu_mul_simd_matches_scalar_reference(isa: str):
+    """Each SIMD SiLU (its own polynomial exp) against the scalar libm one: catches a wrong
+    polynomial coefficient or range reduction (errors ~1e-3 and up), a lost 2^n exponent, inf/NaN
+    at the clamps (+-100), the 8-lane loop dropping or double-writing the tail (width 299), and
+    threads splitting rows wrongly (65 rows)."""
+    g = torch.Generator().manual_seed(5)
+    gate = torch.randn(65, 299, generator=g) * 6
+    gate[0, :6] = torch.tensor([100.0, -100.0, 0.0, 1e-30, -87.5, 88.5])
+    gu = torch.cat([gate, torch.randn(65, 299, generator=g)], dim=1)
+    try:
+        ops.set_isa("scalar")
+        ref = ops.silu_mul(gu)
+        ops.set_isa(isa)
+        got = ops.silu_mul(gu)
+    finally:
+        ops.set_isa(None)
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got, ref, rtol=2e-6, atol=1e-7), (got - ref).abs().max()
+
+
 def _set_fused(model, on: bool) -> None:
     model.fused = on
     for layer in model.layers:

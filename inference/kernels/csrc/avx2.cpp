@@ -2,6 +2,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "common.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))

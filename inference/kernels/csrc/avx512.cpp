@@ -4,6 +4,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "common.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))

@@ -176,6 +176,8 @@ using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs
 
 // Output columns [j0, j1) (weight rows rows[j] or j) of all m activation rows, written to
 // out[i * ldo + j]: the panel GEMM (x86_gemm.inc). Null: the caller uses dotm / dot.
+// out[j] = silu(gate[j]) * up[j] = gate / (1 + exp(-gate)) * up for j < n (the MLP's activation).
+using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
                         const uint8_t* xq, size_t xrb, int64_t m, float* out, int64_t ldo);
 
@@ -199,6 +201,7 @@ struct IsaTable {
   DotFn dot[T_COUNT];
   DotMFn dotm[T_COUNT];
   GemmFn gemm[T_COUNT];
+  SiluMulFn silu_mul;
 };
 
 // Each path fills the entries it implements; missing ones fall back to scalar.

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common.h"
+
 namespace ragk {
 namespace {
 
@@ -124,25 +126,34 @@ void rope_qk_(at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& co
   });
 }
 
+void silu_mul_into(const at::Tensor& gu, float* o, int64_t ldo) {
+  const int64_t t = gu.size(0), n = gu.size(1) / 2;
+  const float* g = gu.data_ptr<float>();
+  const int64_t ld = gu.stride(0);
+  const SiluMulFn fn = active_table().silu_mul;
+  // A prompt chunk's activation is ~17M elements (1,900 rows x 8,960): rows split over threads.
+  at::parallel_for(0, t, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(g + i * ld, g + i * ld + n, o + i * ldo, n);
+  });
+}
+
 // silu(gate) * up for gate_up [T, 2I] (gate first, as the fused projection lays them out) -> [T, I].
 at::Tensor silu_mul(const at::Tensor& gu) {
   check_rows_f32(gu, "gate_up");
   TORCH_CHECK_VALUE(gu.size(1) % 2 == 0, "ragk: silu_mul needs an even width");
-  const int64_t t = gu.size(0), n = gu.size(1) / 2;
-  at::Tensor out = at::empty({t, n}, gu.options());
-  const float* g = gu.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  const int64_t ld = gu.stride(0);
-  at::parallel_for(0, t, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const float* row = g + i * ld;
-      for (int64_t j = 0; j < n; ++j) {
-        const float x = row[j];
-        o[i * n + j] = x / (1.0f + std::exp(-x)) * row[j + n];
-      }
-    }
-  });
+  at::Tensor out = at::empty({gu.size(0), gu.size(1) / 2}, gu.options());
+  silu_mul_into(gu, out.data_ptr<float>(), out.size(1));
   return out;
+}
+
+// The same written over the gate half, returned as a [T, I] view with gate_up's row stride: no
+// new [T, I] buffer, whose page faults (a fresh 68 MB per prompt-chunk layer) cost more than the
+// arithmetic. quant_linear reads such rows as they are.
+at::Tensor silu_mul_(at::Tensor& gu) {
+  check_rows_f32(gu, "gate_up");
+  TORCH_CHECK_VALUE(gu.size(1) % 2 == 0, "ragk: silu_mul_ needs an even width");
+  silu_mul_into(gu, gu.data_ptr<float>(), gu.stride(0));
+  return gu.narrow(1, 0, gu.size(1) / 2);
 }
 
 }  // namespace
@@ -154,4 +165,5 @@ TORCH_LIBRARY_FRAGMENT(ragk, m) {
   m.def("rope_qk_(Tensor(a!) qkv, Tensor positions, Tensor cos, Tensor sin, int heads, int head_dim) -> ()",
         &ragk::rope_qk_);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &ragk::silu_mul);
+  m.def("silu_mul_(Tensor(a!) gate_up) -> Tensor(a)", &ragk::silu_mul_);
 }

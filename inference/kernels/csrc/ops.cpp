@@ -71,16 +71,20 @@ struct XCache {
 
 const uint8_t* quantised_x(const IsaTable& tb, const at::Tensor& x, int t, int64_t k, XCache& cache) {
   const XKind kind = x_kind(t);
-  if (kind == X_FLOAT) return reinterpret_cast<const uint8_t*>(x.data_ptr<float>());
   if (cache.ptr[kind] != nullptr) return cache.ptr[kind];
-  const int64_t m = x.size(0);
+  if (kind == X_FLOAT) {  // the float kernels read rows k apart
+    cache.buf[kind] = x.contiguous();
+    cache.ptr[kind] = reinterpret_cast<const uint8_t*>(cache.buf[kind].data_ptr<float>());
+    return cache.ptr[kind];
+  }
+  const int64_t m = x.size(0), ld = x.stride(0);
   const size_t xrb = x_row_bytes(t, k);
   cache.buf[kind] = at::empty({m, int64_t(xrb)}, x.options().dtype(at::kByte));
   uint8_t* dst = cache.buf[kind].data_ptr<uint8_t>();
   const float* src = x.data_ptr<float>();
   const QuantFn qf = kind == X_Q32 ? tb.quant32 : tb.quant256;
   at::parallel_for(0, m, std::max<int64_t>(1, (1 << 15) / k), [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) qf(src + i * k, dst + i * xrb, k);
+    for (int64_t i = b; i < e; ++i) qf(src + i * ld, dst + i * xrb, k);
   });
   cache.ptr[kind] = dst;
   return dst;
@@ -139,6 +143,8 @@ at::Tensor checked_x(const at::Tensor& x_in, int64_t k) {
   TORCH_CHECK_VALUE(x_in.device().is_cpu(), "ragk: activations must be on the CPU");
   TORCH_CHECK_VALUE(x_in.dim() == 2 && x_in.size(1) == k, "ragk: x must be [M, K=", k, "], got ",
                     x_in.sizes());
+  // Rows may be apart (silu_mul_'s view into the gate half of gate_up): quantising reads row by row.
+  if (x_in.scalar_type() == at::kFloat && x_in.stride(1) == 1 && x_in.stride(0) >= k) return x_in;
   return x_in.to(at::kFloat).contiguous();
 }
 

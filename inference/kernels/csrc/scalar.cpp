@@ -216,6 +216,11 @@ float dot_q6_k(int64_t n, const uint8_t* w, const void* xv) {
   return acc;
 }
 
+// The reference every SIMD SiLU is compared with: libm's expf.
+void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) out[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+}
+
 }  // namespace
 
 void fill_scalar(IsaTable& t) {
@@ -224,6 +229,7 @@ void fill_scalar(IsaTable& t) {
   for (auto& f : t.dot) f = nullptr;
   for (auto& f : t.dotm) f = nullptr;
   for (auto& f : t.gemm) f = nullptr;
+  t.silu_mul = silu_mul_scalar;
   t.dot[T_F32] = dot_f32;
   t.dot[T_F16] = dot_f16;
   t.dot[T_BF16] = dot_bf16;
