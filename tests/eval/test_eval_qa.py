@@ -224,6 +224,41 @@ def test_supported_sentence_rate_and_accuracy_through_evaluate_qa():
     assert "supported_sentence_rate" not in short.metrics
 
 
+def test_gated_long_answers_are_counted(tmp_path):
+    """Catches the short-answer gate's refusals lost from `long_grounding` (they have no sentences, so
+    the path counts alone cannot show them) or its span fallback not counted as a shown path."""
+    import asyncio
+
+    from rag.answering.gate import Gate
+    from rag.answering.long import LongGrounding
+    from rag.answering.policy import Decision
+    from rag.config import RagConfig
+
+    p1 = Passage(marker=1, chunk_id="c1", doc_id="d1", text="The XR-200 drone has a flight time of 42 minutes.",
+                 score=1.0)
+
+    def gated(question: str, written: str, decision: Decision) -> Answer:
+        a = Answer(question=question, text="", passages=[p1])
+        g = LongGrounding(None, RagConfig(), a, None, Gate(decision, None if decision.refused else 1))
+
+        async def run() -> str:
+            return "" if decision.refused else await g.feed(written) + await g.finish()
+
+        a.text, a.grounding, a.refused = asyncio.run(run()) or "I don't know.", g.metadata(), decision.refused
+        return a
+
+    answers = {"How long does the XR-200 fly?": gated("How long does the XR-200 fly?",
+                                                      "The XR-200 is a drone [1].",
+                                                      Decision("42 minutes", 0, False, {})),
+               "What does the XR-200 cost?": gated("What does the XR-200 cost?", "", Decision("", None, True, {}))}
+    items = [QAItem(id="a", question="How long does the XR-200 fly?", answers=["42 minutes"]),
+             QAItem(id="u", question="What does the XR-200 cost?", answers=[], is_impossible=True)]
+    res = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False, sentences=True)
+    assert answers["How long does the XR-200 fly?"].text == "42 minutes [1]"
+    assert {k: v for k, v in res.long_grounding.items() if v} == {
+        "dropped_off_question": 1, "short_answer": 1, "dropped": 1, "answers": 2, "gated": 2, "gate_refused": 1}
+
+
 def test_long_grounding_paths_are_counted_in_the_result_json(tmp_path):
     """Catches grounding paths lost between the pipeline's `Answer.grounding` and the eval JSON
     (`long_grounding`), counted twice, or reported for runs that grounded nothing. The answers are
