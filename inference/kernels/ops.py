@@ -217,6 +217,13 @@ def silu_mul_(gate_up: torch.Tensor) -> torch.Tensor:
     return _op("silu_mul_")(gate_up)
 
 
+def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, tables: torch.Tensor,
+                 lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """Decode attention read from the block pool in place: q [B, Hq, D] against each row's first
+    lens[b] tokens of blocks tables[b] in k/v_pool [blocks, block_size, Hk, D] -> [B, Hq, D]."""
+    return _op("paged_decode")(q, k_pool, v_pool, tables, lens, scale)
+
+
 def set_prefetch(distance_bytes: int) -> int:
     """Software-prefetch distance of the row kernels (0 = off); returns the previous one."""
     _require()

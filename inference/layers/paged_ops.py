@@ -17,28 +17,49 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from inference.kernels import ops as kernel_ops
 from inference.kv_cache import LayerKVCache
 from inference.layers import quest
 from inference.layers.metadata import AttentionMetadata, PrefillSpan
 
 
-def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata) -> torch.Tensor:
+def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata,
+                          native: bool = False) -> torch.Tensor:
     out = torch.empty_like(q)
     if meta.num_decodes:
-        decode_attention(q, cache, meta, out)
+        decode_attention(q, cache, meta, out, native)
     for span in meta.prefills:
         qs = q[span.q_start:span.q_start + span.q_len]
         out[span.q_start:span.q_start + span.q_len] = prefill_attention(qs, cache, span)
     return out
 
 
-def decode_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor) -> None:
+def native_decode_ok(q: torch.Tensor, cache: LayerKVCache) -> bool:
+    """The native kernel's domain: float32 CPU pools, head_dim % 8 == 0, <= 16 query heads per
+    KV head (ragk::paged_decode checks the same)."""
+    hq, d, hk = q.shape[1], q.shape[2], cache.k.shape[2]
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and cache.k.dtype == torch.float32
+            and not cache.int8 and d % 8 == 0 and hq % hk == 0 and hq // hk <= 16 and kernel_ops.available())
+
+
+def decode_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetadata, out: torch.Tensor,
+                     native: bool = False) -> None:
     hq, d = q.shape[1], q.shape[2]
     hk = cache.k.shape[2]
     b = meta.num_decodes
     qd = q[:b] if meta.decode_contiguous else q.index_select(0, meta.decode_idx)
+    sparse = quest.active(cache, meta)
+    if native and not sparse and native_decode_ok(q, cache):
+        # K/V read from the pool in place: no gather, no transpose (x86_attn.inc)
+        o = kernel_ops.paged_decode(qd.contiguous(), cache.k, cache.v, meta.decode_block_tables,
+                                    meta.decode_ctx_lens, d ** -0.5)
+        if meta.decode_contiguous:
+            out[:b] = o
+        else:
+            out.index_copy_(0, meta.decode_idx, o)
+        return
     qd = qd.view(b, hk, hq // hk, d)  # query heads of one KV head share its K/V
-    if quest.active(cache, meta):  # sparse layer, context over the budget: top blocks only
+    if sparse:  # sparse layer, context over the budget: top blocks only
         o = quest.quest_decode(qd, cache, meta)
     elif meta.shared_blocks is not None:
         o = cascade_decode(qd, cache, meta)

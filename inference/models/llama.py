@@ -58,7 +58,7 @@ class Attention(nn.Module):
                             self.head_dim)
             q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
             o = paged_attention(q.view(t, self.num_heads, self.head_dim), k.view(t, self.num_kv_heads, self.head_dim),
-                                v.view(t, self.num_kv_heads, self.head_dim), self.kv_cache, meta)
+                                v.view(t, self.num_kv_heads, self.head_dim), self.kv_cache, meta, native=True)
             return self.o_proj(o.reshape(t, self.q_size))
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(t, self.num_heads, self.head_dim)

@@ -191,3 +191,32 @@ def test_fused_forward_equals_torch_ops(engine_factory, model_dir):
     finally:
         llm.engine.model = llm.engine.runner.model = saved
         saved.set_kv_caches(llm.engine.runner.caches)
+
+
+@pytest.mark.parametrize("isa", ops.supported_isas())
+def test_paged_decode_matches_float64_attention(isa: str):
+    """ragk::paged_decode against SDPA in float64 on gathered K/V, each ISA path: catches a wrong
+    slot (block id * block_size + offset), GQA heads mapped to the wrong KV head, the 8-token tail
+    of a chunk read past the context (lengths 1, 17, odd), a lost online-softmax rescale, and the
+    split-context merge (a row long enough to be split across threads)."""
+    g = torch.Generator().manual_seed(0)
+    nb, bs, hk, d, grp = 120, 16, 2, 64, 3
+    kp, vp = torch.randn(nb, bs, hk, d, generator=g), torch.randn(nb, bs, hk, d, generator=g)
+    lens = torch.tensor([1, 17, 803, 1500, 255])
+    w = int((lens.max() + bs - 1) // bs)
+    tables = torch.stack([torch.randperm(nb, generator=g)[:w] for _ in lens])
+    q = torch.randn(len(lens), hk * grp, d, generator=g)
+    want = []
+    for b, n in enumerate(lens.tolist()):
+        blk = tables[b, : (n + bs - 1) // bs]
+        k = kp[blk].reshape(-1, hk, d)[:n].repeat_interleave(grp, 1).transpose(0, 1).double()
+        v = vp[blk].reshape(-1, hk, d)[:n].repeat_interleave(grp, 1).transpose(0, 1).double()
+        want.append(F.scaled_dot_product_attention(q[b][:, None].double(), k, v)[:, 0])
+    try:
+        ops.set_isa(isa)
+        got = ops.paged_decode(q, kp, vp, tables, lens, d ** -0.5)
+    finally:
+        ops.set_isa(None)
+    assert torch.allclose(got.double(), torch.stack(want), atol=2e-6)
+    with pytest.raises(ValueError, match="context length"):
+        ops.paged_decode(q, kp, vp, tables, torch.tensor([0, 1, 1, 1, 1]), 0.125)

@@ -178,6 +178,13 @@ using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs
 // out[i * ldo + j]: the panel GEMM (x86_gemm.inc). Null: the caller uses dotm / dot.
 // out[j] = silu(gate[j]) * up[j] = gate / (1 + exp(-gate)) * up for j < n (the MLP's activation).
 using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
+// Decode attention over one (sequence, KV head) and the token range [i0, i1) of its paged
+// context: q [G, D] (the G query heads sharing that KV head, already scaled), K/V of token i at
+// pool + (table[i / bs] * bs + i % bs) * tok_stride. Writes the partial softmax state: per head
+// its running max m[g], sum l[g] and unnormalised output acc[g * D ..] (merged by the caller).
+using AttnPartFn = void (*)(const float* q, int g, int d, const float* kpool, const float* vpool,
+                            int64_t tok_stride, const int64_t* table, int64_t bs, int64_t i0, int64_t i1,
+                            float* m, float* l, float* acc);
 using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
                         const uint8_t* xq, size_t xrb, int64_t m, float* out, int64_t ldo);
 
@@ -202,6 +209,7 @@ struct IsaTable {
   DotMFn dotm[T_COUNT];
   GemmFn gemm[T_COUNT];
   SiluMulFn silu_mul;
+  AttnPartFn attn_part;
 };
 
 // Each path fills the entries it implements; missing ones fall back to scalar.

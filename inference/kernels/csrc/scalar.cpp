@@ -1,5 +1,6 @@
 // Portable reference path: every SIMD path is tested against these, and they fill any table entry
 // a SIMD path leaves empty. Integer sums are exact; only the per-block float scaling rounds.
+#include <algorithm>
 #include <cmath>
 
 #include "common.h"
@@ -221,6 +222,30 @@ void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) 
   for (int64_t j = 0; j < n; ++j) out[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
 }
 
+// The reference every SIMD decode attention is compared with: one token at a time, libm's expf.
+void attn_part_scalar(const float* q, int g, int d, const float* kpool, const float* vpool, int64_t tok_stride,
+                      const int64_t* table, int64_t bs, int64_t i0, int64_t i1, float* m, float* l, float* acc) {
+  for (int h = 0; h < g; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+    for (int j = 0; j < d; ++j) acc[h * d + j] = 0.0f;
+  }
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t slot = table[i / bs] * bs + i % bs;
+    const float* k = kpool + slot * tok_stride;
+    const float* v = vpool + slot * tok_stride;
+    for (int h = 0; h < g; ++h) {
+      float s = 0.0f;
+      for (int j = 0; j < d; ++j) s += q[h * d + j] * k[j];
+      const float mn = std::max(m[h], s);
+      const float corr = std::exp(m[h] - mn), p = std::exp(s - mn);
+      l[h] = l[h] * corr + p;
+      for (int j = 0; j < d; ++j) acc[h * d + j] = acc[h * d + j] * corr + p * v[j];
+      m[h] = mn;
+    }
+  }
+}
+
 }  // namespace
 
 void fill_scalar(IsaTable& t) {
@@ -230,6 +255,7 @@ void fill_scalar(IsaTable& t) {
   for (auto& f : t.dotm) f = nullptr;
   for (auto& f : t.gemm) f = nullptr;
   t.silu_mul = silu_mul_scalar;
+  t.attn_part = attn_part_scalar;
   t.dot[T_F32] = dot_f32;
   t.dot[T_F16] = dot_f16;
   t.dot[T_BF16] = dot_bf16;
