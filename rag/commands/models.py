@@ -46,7 +46,8 @@ def rows() -> list[dict]:
 def auto_summary(args: argparse.Namespace, data: list[dict]) -> dict:
     """What `generator.engine.model: auto` picks under this config, and each installed model's
     seconds per answer (measured on this machine, or estimated by size from a measured one)."""
-    from rag.generation.auto_model import TEST_ONLY, choose, describe_work, estimates
+    from rag.generation.auto_model import TEST_ONLY, choose
+    from rag.generation.speed_report import describe_work, estimates
 
     cfg = config_from(args)
     budget = cfg.answer.latency_budget_s

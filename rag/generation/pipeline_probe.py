@@ -1,5 +1,5 @@
 """The pipeline probe of `model: auto` (`rag/generation/auto_model.py`): time this config's answer step per
-question, in the subprocess `auto_model.probe` starts (`python -m rag.generation.pipeline_probe CONFIG`).
+question, in the subprocess `speed_probe.probe` starts (`python -m rag.generation.pipeline_probe CONFIG`).
 
 Why apart from auto_model: it runs the pipeline, and the pipeline resolves `auto` through auto_model;
 run as a command, not imported, it closes no import cycle. Why the pipeline and not one prompt: a
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rag.config import load_config
-from rag.generation.auto_model import PROBE_REPEATS, _cores
+from rag.generation.machine import cores
+from rag.generation.speed import PROBE_REPEATS
 from rag.pipeline import Pipeline
 
 # The probe's questions: a small town's documents, one passage per topic (~190 tokens each: five make a
@@ -114,13 +115,13 @@ def work_summary(answer: Any, tokens: Mapping[str, int], questions: int) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rag.generation.pipeline_probe")
-    p.add_argument("config", help="the config to answer with (auto_model.probe_config writes it)")
+    p.add_argument("config", help="the config to answer with (speed_probe.probe_config writes it)")
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--repeats", type=int, default=PROBE_REPEATS)
     a = p.parse_args(argv)
     others_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # before this process adds to it
     out = measure(a.config, a.repeats, a.threads)
-    print(json.dumps({**out, "runs": a.repeats, "others_load": others_load, "cores": _cores()}))
+    print(json.dumps({**out, "runs": a.repeats, "others_load": others_load, "cores": cores()}))
     return 0
 
 

@@ -10,21 +10,11 @@ from pathlib import Path
 import pytest
 
 from inference.catalog import CATALOG, find_entry
-from rag.generation.auto_model import (
-    ANSWER_TOKENS,
-    PIN_ENV,
-    PROMPT_TOKENS,
-    Machine,
-    ProbeError,
-    Speed,
-    SpeedCache,
-    choose,
-    decide,
-    estimates,
-    probe,
-    resolve_config_model,
-    this_machine,
-)
+from rag.generation.auto_model import PIN_ENV, choose, decide, resolve_config_model
+from rag.generation.machine import Machine, this_machine
+from rag.generation.speed import ANSWER_TOKENS, PROMPT_TOKENS, Speed, SpeedCache
+from rag.generation.speed_probe import ProbeError, probe
+from rag.generation.speed_report import estimates
 
 SIZES = [(e.name, e.size) for e in CATALOG]  # smollm2 < qwen2.5-0.5b < qwen2.5-1.5b
 MACHINE = Machine(cpu="Test CPU 9000", flags=("avx2", "fma"), kernel_isa="avx2", threads=2)
@@ -105,7 +95,7 @@ def test_the_pipeline_figure_decides_not_the_prompt_alone():
 def test_describe_work_says_what_a_question_ran():
     """Catches a why line that hides the gate, the per-passage spans or a probe question that refused
     (a refused question skips the long answer, so its time under-counts)."""
-    from rag.generation.auto_model import describe_work
+    from rag.generation.speed_report import describe_work
 
     w = {"mode": "long", "gate": True, "per_passage": 5, "checks": ["check_passage", "check_answer"],
          "prompt_tokens": 2310, "generated_tokens": 96, "questions": 3, "refused": False}
@@ -120,7 +110,7 @@ def test_pipeline_key_follows_the_per_question_work_not_the_budget(tmp_path):
     """Catches a measurement reused for a config that makes each question cost more (another mode,
     more passages, checks switched on by a local calibration), or re-taken for a budget change."""
     from rag.config import load_config
-    from rag.generation.auto_model import pipeline_key
+    from rag.generation.machine import pipeline_key
 
     base = [f"storage.path={tmp_path}"]
     key = pipeline_key(load_config(None, base))
