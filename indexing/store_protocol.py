@@ -1,9 +1,10 @@
 """The document store contract: what ingestion, retrieval and the server may call on a store.
 
 Two backends implement it side by side, `indexing.store.DocumentStore` (one SQLite file) and
-`indexing.pg_store.PgDocumentStore` (PostgreSQL, shared by server replicas). Code that works on
-either (`rag.app.open_store`, the ingestor, the retriever) is typed against this Protocol instead
-of the SQLite class (which needed a `type: ignore` for the Postgres one), and
+`indexing.pg_store.PgDocumentStore` (PostgreSQL, shared by server replicas), whose queries are
+written once in `indexing.sql_store.SqlDocumentStore`. Code that works on either
+(`rag.app.open_store`, the ingestor, the retriever) is typed against this Protocol instead of the
+SQLite class (which needed a `type: ignore` for the Postgres one), and
 `tests/indexing/test_store_contract.py` checks that both classes define every member below with
 the same parameters, so a method added to one backend only fails there, not in production.
 Backend-specific extras (the SQLite `path`, the Postgres `dsn`, `ping`, `reader`) stay off it.
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 from .graph_rows import GraphDelta, GraphState
-from .store import Outcome
+from .sql_store import Outcome
 from .types import Chunk, Document
 
 

@@ -160,7 +160,7 @@ class PgIndex:
             q += " AND coalesce(metadata->>'role', '') <> 'parent'"
         rows = self.store.stream(q, args)
         part: list[tuple[Chunk, int, str]] = []
-        from indexing.pg_store import row_to_chunk
+        from indexing.sql_store import row_to_chunk
 
         for row in rows:
             part.append((row_to_chunk(row[:14]), row[14], row[15]))
