@@ -10,7 +10,6 @@ same per-retriever ranks and scores as the in-process backend.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,30 +88,9 @@ class PgRetriever(Retriever):
         pi = self.index(name)
         wanted, qvecs, k_hits, fuse, depth = self._plan(name, pi.retrievers, texts, qvecs, k, mode)
         must = [self.analyzer(m) for m in must_terms or [] if self.analyzer(m)]
-        rankings: dict[str, list[tuple[int, float]]] = {}
         graph = pi.graph if "graph" in wanted else None
         allowed = pi.allowed(filters, must) if graph is not None else None
-        for qi, text in enumerate(texts):
-            suffix = "" if qi == 0 else f"@{qi}"
-            if graph is not None:
-                t = time.perf_counter()
-                embed = self.embedder_for(name) if graph.vectors else None
-                hits = graph.search(text, depth["graph"], allowed, embed=embed)
-                timings["graph"] = timings.get("graph", 0.0) + _ms(t)
-                if hits:
-                    rankings["graph" + suffix] = hits
-                    if mode == "graph":
-                        continue  # the graph alone answers
-            if "bm25" in wanted:
-                t = time.perf_counter()
-                rankings["bm25" + suffix] = pi.bm25(self.analyzer(text), depth["bm25"], filters, must)
-                timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
-            if "dense" in wanted:
-                t = time.perf_counter()
-                rankings["dense" + suffix] = pi.dense(qvecs[qi], depth["dense"], filters, must)
-                timings["dense"] = timings.get("dense", 0.0) + _ms(t)
+        rankings = self._rank(name, texts, wanted, depth, mode, graph, allowed,
+                              lambda text, d: pi.bm25(self.analyzer(text), d, filters, must),
+                              lambda qi, d: pi.dense(qvecs[qi], d, filters, must), timings)
         return self._candidates(name, rankings, pi.cfg.fusion, fuse and len(rankings) > 1, k, k_hits, timings)
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0

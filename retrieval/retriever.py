@@ -267,13 +267,33 @@ class Retriever:
                 allowed = ci.bm25.ids[mask & ci.bm25.alive]
         if filters or must:
             timings["filter"] = timings.get("filter", 0.0) + _ms(t)
+        def bm25(text: str, depth: int) -> list[tuple[int, float]]:
+            ids, scores = ci.bm25.search(self.analyzer(text), depth, mask)
+            return list(zip(ids.tolist(), scores.tolist(), strict=False))
+
+        def dense(qi: int, depth: int) -> list[tuple[int, float]]:
+            ids, scores = ci.dense.search(qvecs[qi : qi + 1], depth, allowed)[0]
+            return list(zip(ids.tolist(), scores.tolist(), strict=False))
+
+        graph = ci.graph if "graph" in wanted else None
+        rankings = self._rank(name, texts, wanted, depth, mode, graph, allowed, bm25, dense, timings)
+        return self._candidates(name, rankings, ci.cfg.fusion, fuse and len(rankings) > 1, k, k_hits, timings)
+
+    def _rank(self, name: str, texts: list[str], wanted: Sequence[str], depth: Mapping[str, int], mode: str,
+              graph: Any, allowed: Any, bm25: Callable[[str, int], list[tuple[int, float]]],
+              dense: Callable[[int, int], list[tuple[int, float]]],
+              timings: dict[str, float]) -> dict[str, list[tuple[int, float]]]:
+        """Each wanted retriever's ranking of each query text (the question, then its rewrites as
+        `name@i`), timed per retriever: the loop every storage backend shares. `graph` (None: not
+        wanted) searches within `allowed`; `bm25(text, depth)` and `dense(text index, depth)` run
+        the backend's own index with its filters."""
         rankings: dict[str, list[tuple[int, float]]] = {}
         for qi, text in enumerate(texts):
             suffix = "" if qi == 0 else f"@{qi}"
-            if "graph" in wanted:
+            if graph is not None:
                 t = time.perf_counter()
-                embed = self.embedder_for(name) if ci.graph.vectors else None  # entity linking by embedding
-                hits = ci.graph.search(text, depth["graph"], allowed, embed=embed)
+                embed = self.embedder_for(name) if graph.vectors else None  # entity linking by embedding
+                hits = graph.search(text, depth["graph"], allowed, embed=embed)
                 timings["graph"] = timings.get("graph", 0.0) + _ms(t)
                 if hits:
                     rankings["graph" + suffix] = hits
@@ -281,15 +301,13 @@ class Retriever:
                         continue  # the graph alone answers
             if "bm25" in wanted:
                 t = time.perf_counter()
-                ids, scores = ci.bm25.search(self.analyzer(text), depth["bm25"], mask)
-                rankings["bm25" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
+                rankings["bm25" + suffix] = bm25(text, depth["bm25"])
                 timings["bm25"] = timings.get("bm25", 0.0) + _ms(t)
             if "dense" in wanted:
                 t = time.perf_counter()
-                ids, scores = ci.dense.search(qvecs[qi : qi + 1], depth["dense"], allowed)[0]
-                rankings["dense" + suffix] = list(zip(ids.tolist(), scores.tolist(), strict=False))
+                rankings["dense" + suffix] = dense(qi, depth["dense"])
                 timings["dense"] = timings.get("dense", 0.0) + _ms(t)
-        return self._candidates(name, rankings, ci.cfg.fusion, fuse and len(rankings) > 1, k, k_hits, timings)
+        return rankings
 
     def _plan(self, name: str, indexed: Sequence[str], texts: list[str], qvecs: np.ndarray | None, k: int,
               mode: str) -> tuple[list[str], np.ndarray | None, int, bool, dict[str, int]]:
