@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import re
 
-# Kana, CJK ideographs (ext. A, unified, compatibility) and Hangul syllables, as a character-class
-# body: the one definition of "CJK character" for analyzers, entity extraction and answer scoring.
-CJK_RANGES = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# The scripts `detect_language` counts, as character-class bodies, each range written once.
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs: ext. A, unified, compatibility
+_KANA = "\u3040-\u30ff"
+_HANGUL_SYLLABLES = "\uac00-\ud7af"
+_SCRIPTS = {"han": _HAN, "kana": _KANA, "hangul": _HANGUL_SYLLABLES + "\u1100-\u11ff", "cyr": "\u0400-\u04ff",
+            "arab": "\u0600-\u06ff", "latin": "A-Za-z\u00c0-\u024f"}
+# Kana, CJK ideographs and Hangul syllables, as a character-class body: the one definition of "CJK
+# character" for analyzers, entity extraction and answer scoring.
+CJK_RANGES = _KANA + _HAN + _HANGUL_SYLLABLES
 
 _WORD = re.compile(r"[a-zà-ÿ]+")
-_HAN = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
-_KANA = re.compile(r"[\u3040-\u30ff]")
-_HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")
-_CYR = re.compile(r"[\u0400-\u04ff]")
-_ARAB = re.compile(r"[\u0600-\u06ff]")
-_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+_SCRIPT = {name: re.compile(f"[{body}]") for name, body in _SCRIPTS.items()}
+_LATIN = _SCRIPT["latin"]
+_NON_LATIN = re.compile("[" + "".join(body for name, body in _SCRIPTS.items() if name != "latin") + "]")
 _STOP = {
     "en": {"the", "and", "of", "to", "in", "is", "that", "for", "with", "are", "this", "on"},
     "fr": {"le", "la", "les", "et", "des", "est", "une", "dans", "que", "pour", "du", "pas"},
@@ -26,8 +29,6 @@ _STOP = {
 }
 
 
-_NON_LATIN = re.compile(r"[\u0400-\u04ff\u0600-\u06ff\u1100-\u11ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
-                        r"\uac00-\ud7af\uf900-\ufaff]")
 _STOP_LANGS: dict[str, list[str]] = {}
 for _lang, _words in _STOP.items():
     for _w in _words:
@@ -52,12 +53,8 @@ def detect_language(text: str, sample: int = 2000) -> str:
 
 
 def _by_script(s: str) -> str | None:
-    han = len(_HAN.findall(s))
-    kana = len(_KANA.findall(s))
-    hangul = len(_HANGUL.findall(s))
-    cyr = len(_CYR.findall(s))
-    arab = len(_ARAB.findall(s))
-    latin = len(_LATIN.findall(s))
+    n = {name: len(p.findall(s)) for name, p in _SCRIPT.items()}
+    han, kana, hangul, cyr, arab, latin = (n[k] for k in ("han", "kana", "hangul", "cyr", "arab", "latin"))
     letters = han + kana + hangul + cyr + arab + latin
     if (han + kana + hangul) / letters >= 0.2:
         if hangul > max(han, kana) * 0.5 and hangul >= kana:
