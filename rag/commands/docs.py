@@ -5,45 +5,31 @@ from __future__ import annotations
 import argparse
 
 from ..app import build_retriever, open_store
-from ._common import add_config_args, print_json
+from ._common import command, config_from, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser("docs", help="list, show or delete stored documents")
     dsub = p.add_subparsers(dest="docs_command", metavar="ACTION", required=True)
-    lp = dsub.add_parser("list", help="list documents")
-    add_config_args(lp)
+    lp = command(dsub, "list", "list documents", run_list)
     lp.add_argument("--collection")
     lp.add_argument("--limit", type=int, default=None)
     lp.add_argument("--json", action="store_true")
-    lp.set_defaults(func=run_list)
-    sp = dsub.add_parser("show", help="show one document's metadata")
-    add_config_args(sp)
+    sp = command(dsub, "show", "show one document's metadata", run_show)
     sp.add_argument("doc_id", metavar="ID")
     sp.add_argument("--collection")
-    sp.set_defaults(func=run_show)
-    dp = dsub.add_parser("delete", help="delete a document by id (or every document of a source)")
-    add_config_args(dp)
+    dp = command(dsub, "delete", "delete a document by id (or every document of a source)", run_delete)
     dp.add_argument("doc_id", metavar="ID")
     dp.add_argument("--collection")
     dp.add_argument("--source", action="store_true", help="treat ID as a source path and delete its documents")
-    dp.set_defaults(func=run_delete)
-    xp = dsub.add_parser("dropped", help="documents the ingest dropped (empty, duplicate, filtered) and why")
-    add_config_args(xp)
+    xp = command(dsub, "dropped", "documents the ingest dropped (empty, duplicate, filtered) and why", run_dropped)
     xp.add_argument("--collection")
     xp.add_argument("--limit", type=int, default=None)
     xp.add_argument("--json", action="store_true")
-    xp.set_defaults(func=run_dropped)
-
-
-def _cfg(args):
-    from ..config import load_config
-
-    return load_config(args.config, args.overrides)
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with open_store(_cfg(args)) as store:
+    with open_store(config_from(args)) as store:
         docs = store.list_documents(args.collection, limit=args.limit)
         total = store.count_documents(args.collection)
     if args.json:
@@ -56,7 +42,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with open_store(_cfg(args)) as store:
+    with open_store(config_from(args)) as store:
         doc = store.get_document(args.doc_id, args.collection)
     if doc is None:
         print(f"no document with id {args.doc_id!r}")
@@ -67,7 +53,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_dropped(args: argparse.Namespace) -> int:
-    with open_store(_cfg(args)) as store:
+    with open_store(config_from(args)) as store:
         lister = getattr(store, "list_dropped", None)
         rows = lister(args.collection, limit=args.limit) if lister else []
     if args.json:
@@ -81,7 +67,7 @@ def run_dropped(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    cfg = _cfg(args)
+    cfg = config_from(args)
     with open_store(cfg) as store:
         colls = [args.collection] if args.collection else store.collections()
         n = (store.delete_source if args.source else store.delete)(args.doc_id, args.collection)

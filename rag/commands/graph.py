@@ -9,24 +9,20 @@ import argparse
 import sys
 
 from ..app import build_retriever, open_store
-from ._common import add_config_args, config_from, print_json
+from ._common import command, config_from, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser("graph", help="inspect the entity graph (retrieval.graph)")
     gsub = p.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
-    st = gsub.add_parser("stats", help="entities, edges, hubs and the largest communities")
-    add_config_args(st)
+    st = command(gsub, "stats", "entities, edges, hubs and the largest communities", run_stats)
     st.add_argument("--collection")
     st.add_argument("--json", action="store_true")
-    st.set_defaults(func=run_stats)
-    sh = gsub.add_parser("show", help="one entity: its chunks, community and strongest neighbours")
-    add_config_args(sh)
+    sh = command(gsub, "show", "one entity: its chunks, community and strongest neighbours", run_show)
     sh.add_argument("entity", metavar="ENTITY")
     sh.add_argument("--collection")
     sh.add_argument("--limit", type=int, default=20, help="neighbours and documents to list")
     sh.add_argument("--json", action="store_true")
-    sh.set_defaults(func=run_show)
 
 
 def _graph(args: argparse.Namespace, store):
