@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from indexing.config import IndexingConfig
 from indexing.pipeline import Ingestor
 from indexing.store import DocumentStore
@@ -48,21 +50,15 @@ def test_collection_hint_for_ask(tmp_path):
         assert collection_hint(store, "birds", "default") is None
 
 
-def test_undecodable_file_names_the_encoding_setting(tmp_path):
-    f = tmp_path / "legacy.txt"
-    f.write_bytes("“Smart quotes” from Windows, café".encode("cp1252"))
-    with DocumentStore(tmp_path / "s.sqlite") as store:
-        report = Ingestor(store, IndexingConfig()).ingest([f], progress=False)
-        assert len(report.failed) == 1 and "indexing.loader.encoding" in report.failed[0].reason
-        cfg = IndexingConfig.model_validate({"loader": {"encoding": "cp1252"}})
-        report = Ingestor(store, cfg).ingest([f], progress=False)
-        assert not report.failed and report.new == 1
-
-
-def test_undecodable_jsonl_names_the_encoding_setting(tmp_path):
-    """JSONL records go through their own streaming reader: it must give the same hint."""
-    f = tmp_path / "legacy.jsonl"
-    f.write_bytes(('{"_id": "a", "text": "caf\u00e9 \u201cquoted\u201d"}\n').encode("cp1252"))
+@pytest.mark.parametrize("name,data", [
+    ("legacy.txt", "“Smart quotes” from Windows, café".encode("cp1252")),
+    # JSONL records go through their own streaming reader: it must give the same hint
+    ("legacy.jsonl", '{"_id": "a", "text": "caf\u00e9 \u201cquoted\u201d"}\n'.encode("cp1252")),
+], ids=["text", "jsonl"])
+def test_undecodable_file_names_the_encoding_setting(tmp_path, name, data):
+    """Catches a decode failure reported without the setting that fixes it, or the setting ignored."""
+    f = tmp_path / name
+    f.write_bytes(data)
     with DocumentStore(tmp_path / "s.sqlite") as store:
         report = Ingestor(store, IndexingConfig()).ingest([f], progress=False)
         assert len(report.failed) == 1 and "indexing.loader.encoding" in report.failed[0].reason
