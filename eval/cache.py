@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+T = TypeVar("T")
 
 
 class QueryCache:
@@ -80,3 +85,39 @@ def _parse(line: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return v if isinstance(v, dict) else None
+
+
+def run_resumable(ids: Sequence[str], run: Callable[[str], T], cache: QueryCache | None, *,
+                  to_record: Callable[[T], dict[str, Any]], from_record: Callable[[dict[str, Any]], T],
+                  desc: str, progress: bool = True, warmup: Callable[[str], object] | None = None,
+                  threads: int = 0) -> tuple[dict[str, T], int]:
+    """Each id's result, and how many were run: the cached ones read back (`from_record`), the rest
+    run in id order and each stored as it finishes (`to_record`), so a killed evaluation resumes
+    where it stopped. `warmup` runs once on the first id to run, untimed (lazy model loading out of
+    the latencies); `threads` > 0 runs that many at once in a pool (results still in order), 0 runs
+    them in this thread. Shared by the retrieval and QA evaluations."""
+    results: dict[str, T] = {}
+    todo = []
+    for i in ids:
+        rec = cache.get(i) if cache is not None else None
+        if rec is None:
+            todo.append(i)
+        else:
+            results[i] = from_record(rec)
+    bar = tqdm(total=len(ids), initial=len(ids) - len(todo), disable=not progress, desc=desc, unit="q")
+    try:
+        if warmup is not None and todo:
+            warmup(todo[0])
+        pool = ThreadPoolExecutor(threads) if threads > 0 else None
+        try:
+            for i, out in zip(todo, pool.map(run, todo) if pool is not None else map(run, todo), strict=True):
+                results[i] = out
+                if cache is not None:
+                    cache.put(i, to_record(out))
+                bar.update(1)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+    finally:
+        bar.close()
+    return results, len(todo)

@@ -11,12 +11,9 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from eval.answers import (
     Cited,
@@ -30,7 +27,7 @@ from eval.answers import (
     supported_sentences,
     token_f1,
 )
-from eval.cache import QueryCache
+from eval.cache import QueryCache, run_resumable
 from eval.cost import TOTAL, aggregate_costs
 from eval.datasets import QAItem
 from eval.retrieval_eval import EvalResult
@@ -175,33 +172,19 @@ def evaluate_qa(
     `long_grounding` (on the result): how many of the model's sentences took each grounding path
     (kept, recited, dropped_keyfact, ...; `rag/answering/long.py`), summed over the questions.
     """
-    outputs: dict[str, QAOutput] = {}
-    todo = []
-    for it in items:
-        rec = cache.get(it.id) if cache is not None else None
-        if rec is None:
-            todo.append(it)
-        else:
-            outputs[it.id] = QAOutput(**{**rec["output"], "citations": [Cited(**c) for c in rec["output"]["citations"]]})
-    bar = tqdm(total=len(items), initial=len(items) - len(todo), disable=not progress,
-               desc=f"qa {name or dataset}".strip(), unit="q")
-    try:
-        if warmup and todo:
-            answer_fn(todo[0].question)
-        def answer(it: QAItem) -> tuple[QAItem, QAOutput]:
-            t0 = time.perf_counter()
-            out = normalise_answer_output(answer_fn(it.question))
-            out.timings_ms.setdefault(TOTAL, (time.perf_counter() - t0) * 1000.0)
-            return it, out
+    by_id = {it.id: it for it in items}
 
-        with ThreadPoolExecutor(max(1, concurrency)) as pool:
-            for it, out in pool.map(answer, todo):  # in order, so the cache is written as answered
-                outputs[it.id] = out
-                if cache is not None:
-                    cache.put(it.id, {"output": asdict(out)})
-                bar.update(1)
-    finally:
-        bar.close()
+    def answer(qid: str) -> QAOutput:
+        t0 = time.perf_counter()
+        out = normalise_answer_output(answer_fn(by_id[qid].question))
+        out.timings_ms.setdefault(TOTAL, (time.perf_counter() - t0) * 1000.0)
+        return out
+
+    outputs, executed = run_resumable(
+        [it.id for it in items], answer, cache, to_record=lambda out: {"output": asdict(out)},
+        from_record=lambda rec: QAOutput(**{**rec["output"], "citations": [Cited(**c) for c in rec["output"]["citations"]]}),
+        desc=f"qa {name or dataset}".strip(), progress=progress,
+        warmup=(lambda qid: answer_fn(by_id[qid].question)) if warmup else None, threads=max(1, concurrency))
     per_query = {it.id: score_item(it, outputs[it.id], mode, refusal, sentences) for it in items}
     if answers_path is not None:
         write_answers(answers_path, items, outputs, per_query)
@@ -210,7 +193,7 @@ def evaluate_qa(
     return EvalResult(
         dataset=dataset, split=split, config=dict(config or {}),
         metrics=_qa_metrics(items, per_query, costs), latency_ms=costs["latency_ms"],
-        n_queries=len(items), name=name, per_query=per_query, executed=len(todo),
+        n_queries=len(items), name=name, per_query=per_query, executed=executed,
         long_grounding=grounding_counts(outputs[it.id] for it in items),
     )
 

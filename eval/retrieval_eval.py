@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from eval.cache import QueryCache
+from eval.cache import QueryCache, run_resumable
 from eval.cost import TOTAL, latency_summary
 from eval.metrics import (
     DEFAULT_METRICS,
@@ -167,34 +165,22 @@ def evaluate_retrieval(
     keys = metric_keys(ks, metrics)
     depth = max(ks)
     qids = [q for q in queries if is_judged(qrels.get(q))]
-    rankings: dict[str, list[tuple[str, float]]] = {}
-    timings: dict[str, dict[str, float]] = {}
-    todo = []
-    for q in qids:
-        rec = cache.get(q) if cache is not None else None
-        if rec is None:
-            todo.append(q)
-        else:
-            rankings[q] = [(d, s) for d, s in rec["ranking"]]
-            timings[q] = rec["timings_ms"]
-    bar = tqdm(total=len(qids), initial=len(qids) - len(todo), disable=not progress,
-               desc=f"eval {name or dataset}".strip(), unit="q")
-    try:
-        if warmup and todo:
-            search_fn(queries[todo[0]])
-        for q in todo:
-            t0 = time.perf_counter()
-            raw = search_fn(queries[q])
-            wall = (time.perf_counter() - t0) * 1000.0
-            out = normalise_output(raw, to_doc_id, doc_score)
-            out.timings_ms.setdefault(TOTAL, wall)
-            rankings[q] = out.ranking[:depth]
-            timings[q] = out.timings_ms
-            if cache is not None:
-                cache.put(q, {"ranking": rankings[q], "timings_ms": out.timings_ms})
-            bar.update(1)
-    finally:
-        bar.close()
+
+    def search(q: str) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        t0 = time.perf_counter()
+        raw = search_fn(queries[q])
+        wall = (time.perf_counter() - t0) * 1000.0
+        out = normalise_output(raw, to_doc_id, doc_score)
+        out.timings_ms.setdefault(TOTAL, wall)
+        return out.ranking[:depth], out.timings_ms
+
+    done, executed = run_resumable(
+        qids, search, cache, to_record=lambda r: {"ranking": r[0], "timings_ms": r[1]},
+        from_record=lambda rec: ([(d, s) for d, s in rec["ranking"]], rec["timings_ms"]),
+        desc=f"eval {name or dataset}".strip(), progress=progress,
+        warmup=(lambda q: search_fn(queries[q])) if warmup else None)
+    rankings = {q: r for q, (r, _) in done.items()}
+    timings = {q: t for q, (_, t) in done.items()}
     per_query = {q: query_metrics([d for d, _ in rankings[q]], qrels[q], ks, metrics) for q in qids}
     return EvalResult(
         dataset=dataset,
@@ -206,7 +192,7 @@ def evaluate_retrieval(
         name=name,
         per_query=per_query,
         rankings={q: rankings[q] for q in qids},
-        executed=len(todo),
+        executed=executed,
         metrics_by_type=by_type(per_query, types, keys) if types else {},
     )
 
