@@ -17,9 +17,25 @@ import triton.language as tl
 
 
 @triton.jit
-def _attend_block(q, K, V, base, valid, scale, m, lsum, acc):
-    """One block of the online softmax shared by the dense and QUEST kernels: the scores of its
-    valid slots, then the running max, sum and output rescaled."""
+def _decode_start(Q, LENS, stride_qt, stride_qh, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  GROUP: tl.constexpr):
+    """Where the dense and QUEST decode kernels start: this program's sequence, query head and KV
+    head, the context length, the head-dim and slot offsets, the query row, an empty online softmax."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + b * stride_qt + h * stride_qh + d).to(tl.float32)
+    m = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0) - float("inf")
+    lsum = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0)
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    return b, h, h // GROUP, tl.load(LENS + b), d, tl.arange(0, BLOCK_SIZE), q, m, lsum, acc
+
+
+@triton.jit
+def _attend_block(q, K, V, blk, offs, d, kvh, stride_kb, stride_ks, stride_kh, valid, scale, m, lsum, acc):
+    """One pool block `blk` of the online softmax shared by the dense and QUEST kernels: the scores
+    of its valid slots, then the running max, sum and output rescaled."""
+    base = blk * stride_kb + offs[:, None] * stride_ks + kvh * stride_kh + d[None, :]
     k = tl.load(K + base, mask=valid[:, None], other=0.0).to(tl.float32)
     s = tl.sum(k * q[None, :], 1) * scale
     s = tl.where(valid, s, float("-inf"))
@@ -35,22 +51,14 @@ def _attend_block(q, K, V, base, valid, scale, m, lsum, acc):
 def _paged_decode_kernel(Q, K, V, Out, BT, LENS, scale,
                          stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_bt, stride_ot, stride_oh,
                          BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    kvh = h // GROUP
-    ctx = tl.load(LENS + b)
-    d = tl.arange(0, HEAD_DIM)
-    offs = tl.arange(0, BLOCK_SIZE)
-    q = tl.load(Q + b * stride_qt + h * stride_qh + d).to(tl.float32)
-    m = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0) - float("inf")
-    lsum = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0)
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    b, h, kvh, ctx, d, offs, q, m, lsum, acc = _decode_start(Q, LENS, stride_qt, stride_qh, BLOCK_SIZE, HEAD_DIM,
+                                                             GROUP)
     n_blocks = tl.cdiv(ctx, BLOCK_SIZE)
     for i in range(0, n_blocks):
         blk = tl.load(BT + b * stride_bt + i).to(tl.int64)
         valid = i * BLOCK_SIZE + offs < ctx
-        base = blk * stride_kb + offs[:, None] * stride_ks + kvh * stride_kh + d[None, :]
-        m, lsum, acc = _attend_block(q, K, V, base, valid, scale, m, lsum, acc)
+        m, lsum, acc = _attend_block(q, K, V, blk, offs, d, kvh, stride_kb, stride_ks, stride_kh, valid, scale,
+                                     m, lsum, acc)
     tl.store(Out + b * stride_ot + h * stride_oh + d, (acc / lsum).to(Out.dtype.element_ty))
 
 
@@ -101,22 +109,14 @@ def _sparse_decode_kernel(Q, K, V, Out, BT, SEL, LENS, scale, n_sel,
                           BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP: tl.constexpr):
     """`_paged_decode_kernel` over the QUEST selection: block j of (sequence, KV head) is logical
     block SEL[b, kvh, j] of the sequence's table; its slots past the context are masked."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    kvh = h // GROUP
-    ctx = tl.load(LENS + b)
-    d = tl.arange(0, HEAD_DIM)
-    offs = tl.arange(0, BLOCK_SIZE)
-    q = tl.load(Q + b * stride_qt + h * stride_qh + d).to(tl.float32)
-    m = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0) - float("inf")
-    lsum = tl.sum(tl.zeros([BLOCK_SIZE], dtype=tl.float32), 0)
-    acc = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    b, h, kvh, ctx, d, offs, q, m, lsum, acc = _decode_start(Q, LENS, stride_qt, stride_qh, BLOCK_SIZE, HEAD_DIM,
+                                                             GROUP)
     for j in range(0, n_sel):
         li = tl.load(SEL + b * stride_sb + kvh * stride_sh + j).to(tl.int64)
         blk = tl.load(BT + b * stride_bt + li).to(tl.int64)
         valid = li * BLOCK_SIZE + offs < ctx
-        base = blk * stride_kb + offs[:, None] * stride_ks + kvh * stride_kh + d[None, :]
-        m, lsum, acc = _attend_block(q, K, V, base, valid, scale, m, lsum, acc)
+        m, lsum, acc = _attend_block(q, K, V, blk, offs, d, kvh, stride_kb, stride_ks, stride_kh, valid, scale,
+                                     m, lsum, acc)
     tl.store(Out + b * stride_ot + h * stride_oh + d, (acc / lsum).to(Out.dtype.element_ty))
 
 
