@@ -224,6 +224,13 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, ta
     return _op("paged_decode")(q, k_pool, v_pool, tables, lens, scale)
 
 
+def set_row_task_macs(macs: int) -> int:
+    """Least multiply-adds per task of the row kernels (decode-sized calls below it stay on one
+    thread); returns the previous value."""
+    _require()
+    return int(torch.ops.ragk.set_row_task_macs(int(macs)))
+
+
 def set_prefetch(distance_bytes: int) -> int:
     """Software-prefetch distance of the row kernels (0 = off); returns the previous one."""
     _require()

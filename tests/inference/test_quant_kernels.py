@@ -199,6 +199,27 @@ def test_threads_identical(qtype: int):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("qtype", [F.Q5_0, F.Q4_K], ids=F.type_name)
+def test_row_task_size_changes_no_bits(qtype: int):
+    """Catches rows dropped or written twice at task edges when the task size shrinks (decode-sized
+    projections split over both threads): tiny, default and whole-matrix tasks give equal bits."""
+    k = 256
+    w = torch.from_numpy(make_weights(qtype, 901, k, seed=4))  # 901 rows: ragged last task
+    x = torch.randn(3, k)
+    before_threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    before = ops.set_row_task_macs(1 << 30)
+    try:
+        whole = [ops.quant_matmul(x[:1], w, qtype, k), ops.quant_matmul(x, w, qtype, k)]
+        ops.set_row_task_macs(1)  # 4 rows a task (the floor)
+        tiny = [ops.quant_matmul(x[:1], w, qtype, k), ops.quant_matmul(x, w, qtype, k)]
+    finally:
+        ops.set_row_task_macs(before)
+        torch.set_num_threads(before_threads)
+    for a, b in zip(whole, tiny):
+        assert torch.equal(a, b)
+
+
 def test_bf16_and_nd_activations():
     """Catches mishandled bf16, [..., K] or strided activations (the engine passes all three)."""
     k = 64

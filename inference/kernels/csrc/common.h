@@ -199,6 +199,9 @@ int64_t set_gemm_xblock_kb(int64_t kb);
 // read, the panel GEMM the next panel's rows while it computes on the current one. Decode streams
 // the whole model from DRAM every step, and without it the loads stall.
 int64_t prefetch_bytes();
+// Multiply-adds per row-kernel task at least (RAG_ROW_TASK_KMACS, in units of 1024; default 256).
+int64_t row_task_macs();
+int64_t set_row_task_macs(int64_t macs);
 int64_t set_prefetch_bytes(int64_t bytes);
 
 struct IsaTable {

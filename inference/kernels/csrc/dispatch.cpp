@@ -100,7 +100,16 @@ std::atomic<int64_t> g_prefetch{[] {
   const char* env = std::getenv("RAG_PREFETCH");
   return env ? int64_t(std::atoll(env)) : int64_t(4096);
 }()};
+std::atomic<int64_t> g_row_task_macs{[] {
+  const char* env = std::getenv("RAG_ROW_TASK_KMACS");
+  const int64_t v = env ? int64_t(std::atoll(env)) * 1024 : int64_t(1) << 18;
+  return v > 0 ? v : int64_t(1) << 18;
+}()};
 }  // namespace
+
+int64_t row_task_macs() { return g_row_task_macs.load(std::memory_order_relaxed); }
+
+int64_t set_row_task_macs(int64_t macs) { return g_row_task_macs.exchange(macs > 0 ? macs : int64_t(1) << 18); }
 
 int64_t prefetch_bytes() { return g_prefetch.load(std::memory_order_relaxed); }
 

@@ -109,9 +109,11 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
     });
     return;
   }
-  // ~1M multiply-adds (tens of microseconds) per task: smaller shapes stay on the calling thread,
-  // where waking a second OpenMP thread would cost more than it saves (much more on busy cores).
-  const int64_t grain = std::max<int64_t>(4, (int64_t(1) << 20) / (k * std::min<int64_t>(m, kMTile)));
+  // >= row_task_macs() multiply-adds per task (256K, ~10 us): smaller shapes stay on the calling
+  // thread, where waking a second OpenMP thread would cost more than it saves. At 1M a decode-step
+  // o_proj / qkv of the 0.5B (896 x 896, 1152 x 896) ran on one thread at ~10 GB/s; at 256K on
+  // both: the 0.5B's projections 15.9 -> 14.6 ms per token (Zen 4, 2 threads, best of 3).
+  const int64_t grain = std::max<int64_t>(4, row_task_macs() / (k * std::min<int64_t>(m, kMTile)));
   // Weights are read once per call (decode streams the whole model from DRAM every token): a
   // software prefetch a few KB ahead of the row being read keeps the loads from stalling.
   const int64_t pfd = rows ? 0 : prefetch_bytes();
@@ -250,6 +252,8 @@ int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
 
 int64_t set_prefetch_op(int64_t bytes) { return set_prefetch_bytes(bytes); }
 
+int64_t set_row_task_macs_op(int64_t macs) { return set_row_task_macs(macs); }
+
 bool has_gemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().gemm[qtype] != nullptr;
 }
@@ -272,4 +276,5 @@ TORCH_LIBRARY(ragk, m) {
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
   m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
   m.def("set_prefetch(int bytes) -> int", &ragk::set_prefetch_op);
+  m.def("set_row_task_macs(int macs) -> int", &ragk::set_row_task_macs_op);
 }
