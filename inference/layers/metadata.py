@@ -18,6 +18,8 @@ class PrefillSpan:
     mask: torch.Tensor | None  # [q_len, ctx_len] bool, None when plain causal (no cached prefix)
     block_table: torch.Tensor | None = None  # [n_blocks] int32, used by the CUDA path
     bias: torch.Tensor | None = None  # CPU: `mask` as a GQA-folded float bias, built by the first layer
+    # CPU, long chunks: (row start, row end, keys seen, folded bias) per query block, built by the first layer
+    blocks: list[tuple[int, int, int, torch.Tensor]] | None = None
 
 
 @dataclass

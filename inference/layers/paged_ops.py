@@ -14,6 +14,8 @@ path at 465 x 1,465, same numbers).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -112,6 +114,10 @@ def prefill_attention(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
         return o[0].transpose(0, 1)
     g = hq // hk
+    if q.device.type == "cpu" and n > PREFILL_Q_BLOCK and os.environ.get("RAG_BLOCKED_PREFILL", "1") != "0":
+        if span.blocks is None or span.blocks[0][3].dtype != q.dtype:
+            span.blocks = prefill_blocks(span.mask, g, q.dtype)
+        return blocked_prefill(q, k, v, span.blocks)
     if span.bias is None or span.bias.dtype != q.dtype:
         bias = torch.zeros(span.mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~span.mask, float("-inf"))
         span.bias = bias.repeat(g, 1)[None, None]  # rows: (query head within group, position)
@@ -119,3 +125,43 @@ def prefill_attention(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -
     o = flash_cpu(qf, kt.contiguous(), vt.contiguous(), span.bias)[0] if q.device.type == "cpu" else \
         F.scaled_dot_product_attention(qf, kt, vt, attn_mask=span.bias)
     return o.view(hq, n, d).transpose(0, 1)
+
+
+
+PREFILL_Q_BLOCK = 128  # query rows per block of `blocked_prefill`
+
+
+def prefill_blocks(mask: torch.Tensor, g: int, dtype: torch.dtype,
+                   block: int = PREFILL_Q_BLOCK) -> list[tuple[int, int, int, torch.Tensor]]:
+    """(row start, row end, keys seen, GQA-folded bias) per block of `block` query rows.
+
+    Every row sees a prefix of the context (positions in order: a chunk on a cached prefix, or
+    reused passages with recomputed tokens), so a block needs only keys [0, its widest row)."""
+    vis = mask.sum(1)
+    out = []
+    for r0 in range(0, mask.shape[0], block):
+        r1 = min(mask.shape[0], r0 + block)
+        lim = int(vis[r0:r1].max())
+        m = mask[r0:r1, :lim]
+        bias = torch.zeros(m.shape, dtype=dtype, device=mask.device).masked_fill_(~m, float("-inf"))
+        out.append((r0, r1, lim, bias.repeat(g, 1)[None, None]))
+    return out
+
+
+def blocked_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    blocks: list[tuple[int, int, int, torch.Tensor]]) -> torch.Tensor:
+    """Query blocks that attend only to the keys they can see: the masked upper part of the offset
+    causal triangle is never scored (one bias over n x ctx scores all of it). Each block keeps the
+    folded-GQA form (the query heads of a KV head share one matmul). q: [n, Hq, D]; k, v:
+    [ctx, Hk, D]."""
+    n, hq, d = q.shape
+    hk = k.shape[1]
+    g = hq // hk
+    kt = k.transpose(0, 1).unsqueeze(0)
+    vt = v.transpose(0, 1).unsqueeze(0)
+    out = torch.empty_like(q)
+    for r0, r1, lim, bias in blocks:
+        qf = q[r0:r1].transpose(0, 1).reshape(1, hk, g * (r1 - r0), d)
+        o = flash_cpu(qf, kt[:, :, :lim].contiguous(), vt[:, :, :lim].contiguous(), bias)[0]
+        out[r0:r1] = o.view(hq, r1 - r0, d).transpose(0, 1)
+    return out
