@@ -115,8 +115,11 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   // both: the 0.5B's projections 15.9 -> 14.6 ms per token (Zen 4, 2 threads, best of 3).
   const int64_t grain = std::max<int64_t>(4, row_task_macs() / (k * std::min<int64_t>(m, kMTile)));
   // Weights are read once per call (decode streams the whole model from DRAM every token): a
-  // software prefetch a few KB ahead of the row being read keeps the loads from stalling.
-  const int64_t pfd = rows ? 0 : prefetch_bytes();
+  // software prefetch a few KB ahead of the row being read keeps the loads from stalling. Not for
+  // rows as long as the distance: there it re-requests lines of the row the hardware prefetcher is
+  // already streaming (Zen 4, 2 threads: the 1.5B's Q6_K down_proj, 7 KB rows, 6.96 -> 4.80 ms
+  // per token without it).
+  const int64_t pfd = (rows || int64_t(rb) >= prefetch_bytes()) ? 0 : prefetch_bytes();
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
       const int64_t m1 = std::min(m, m0 + kMTile);
