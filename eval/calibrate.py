@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.datasets import QAItem, sample_ids
-from rag.answering.signals import MARGIN, MIN_LOGPROB, REFUSAL_FEATURES, SELECTOR_FEATURES, SPAN_TOKENS
+from rag.answering.signals import (
+    CUT_NUMBER,
+    MARGIN,
+    MIN_LOGPROB,
+    REFUSAL_FEATURES,
+    SELECTOR_FEATURES,
+    SPAN_TOKENS,
+)
 
 
 @dataclass
@@ -138,8 +145,9 @@ def fit_refusal_model(points: Sequence[Point], max_false_refusal: float = 0.15,
 
 def gave_span_point(p: Point) -> bool:
     """Whether a calibration point's answer was a decoded span (signals recorded, `span_tokens` > 0
-    where recorded): the others were refused before decoding and are refusals under any model."""
-    return bool(p.signals) and bool(p.signals.get(SPAN_TOKENS, 1))
+    where recorded, not `cut_number`): the others were refused before decoding (or are a piece of a
+    longer number, which the policy refuses) and are refusals under any model."""
+    return bool(p.signals) and bool(p.signals.get(SPAN_TOKENS, 1)) and not p.signals.get(CUT_NUMBER)
 
 
 def _score_refusals(points: Sequence[Point], refused: Sequence[bool]) -> dict[str, float]:

@@ -24,7 +24,7 @@ from ..calibration import CalibrationEntry, RefusalModel, SpanSelector, calibrat
 from ..citations import to_citation
 from ..config import AnswerConfig
 from ..prompt import DEFAULT_REFUSAL
-from .signals import CHECK_ANSWER, MARGIN, MIN_LOGPROB, P_UNANSWERABLE, SPAN_TOKENS, gave_span
+from .signals import CHECK_ANSWER, CUT_NUMBER, MARGIN, MIN_LOGPROB, P_UNANSWERABLE, SPAN_TOKENS, gave_span
 
 if TYPE_CHECKING:
     from retrieval.types import Candidate as Retrieved
@@ -185,11 +185,12 @@ class ShortAnswerPolicy:
         return live[k]
 
     def judge(self, candidate: Candidate) -> Decision:
-        """Give `candidate` or refuse. A decoded span (its signals hold `span_tokens` > 0) the
-        decoder did not refuse goes to the refusal model; where the model cannot decide (no model,
-        or a signal it reads is missing) the `refuse_min_logprob` threshold applies."""
+        """Give `candidate` or refuse. A span cut out of a longer number (`cut_number`) is refused. A
+        decoded span (its signals hold `span_tokens` > 0) the decoder did not refuse goes to the
+        refusal model; where the model cannot decide (no model, or a signal it reads is missing) the
+        `refuse_min_logprob` threshold applies."""
         signals = dict(candidate.signals)
-        refused = candidate.refused
+        refused = candidate.refused or bool(signals.get(CUT_NUMBER))  # a piece of a number is no answer
         if not refused and signals.get(SPAN_TOKENS):
             model = self.refusal_model
             decided = model.refuses(signals) if model is not None else None

@@ -19,7 +19,7 @@ from ..answer import Answer
 from ..prompt import PromptConfig
 from .candidates import decode_candidates
 from .policy import Candidate, Decision, Policies, ShortAnswerPolicy, says_refusal
-from .signals import CHECK_ANSWER, gave_span, span_signals
+from .signals import CHECK_ANSWER, CUT_NUMBER, cut_from_number, gave_span, span_signals
 
 
 def _bodies(cfg: PromptConfig, answer: Answer) -> list[str]:
@@ -51,6 +51,8 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
     answer.refusal_calibration = policy.calibration
     signals = span_signals(span)
     text = span.answer_text()  # whole words even when max_tokens cut the span
+    if cut_from_number(text, "\n".join(bodies)):  # cut wherever the prompt holds it
+        signals[CUT_NUMBER] = 1.0
     if policy.runs_checks and not span.refused and gave_span(text, signals):
         t1 = time.perf_counter()
         src = _first_source(text, bodies)
@@ -76,6 +78,8 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     answer.refusal_calibration = policy.calibration
     bodies = _bodies(cfg, answer)
     cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans)
+    for c in cands:
+        _mark_cut(c.text, bodies, c.index, c.signals)
     t1 = time.perf_counter()
     live = [c for c in cands if gave_span(c.text, c.signals)]
     for c in live:
@@ -94,6 +98,13 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     decision = policy.decide([Candidate(c.text, c.signals, c.index, c.processor.refused or says_refusal("", cfg.refusal))
                               for c in cands], chosen)
     return decision, cands[chosen].output if chosen is not None else None
+
+
+def _mark_cut(text: str, bodies: list[str], source: int, signals: dict[str, float]) -> None:
+    """Flag a span cut out of a longer number of its passage (`signals.cut_from_number`): it then
+    counts as no span, so it is neither checked nor given."""
+    if cut_from_number(text, bodies[source]):
+        signals[CUT_NUMBER] = 1.0
 
 
 def _ms(t0: float) -> float:

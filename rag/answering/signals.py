@@ -10,6 +10,7 @@ so every party names them through these constants.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # the span decoder's own reading (GroundedSpanProcessor)
@@ -19,6 +20,7 @@ MIN_LOGPROB = "min_logprob"  # the least likely span token: one guessed word sho
 SPAN_TOKENS = "span_tokens"  # tokens in the span (0: no span was written)
 SPAN_LOGPROB_MEAN = "span_logprob_mean"  # span_logprob per span token: the sum grows with the span's length
 PASSAGE_RANK = "passage_rank"  # a per-passage candidate's passage, 0 = best ranked
+CUT_NUMBER = "cut_number"  # 1.0 when the span is part of a longer number in its passage ("30" of "18:30"); absent otherwise
 # the answerability checks (rag/answerability.py)
 CHECK_PASSAGE = "check_passage"  # log-odds "the passage contains the answer"
 CHECK_ANSWER = "check_answer"  # log-odds "the passage states this is the answer"
@@ -69,8 +71,40 @@ def span_signals(span: Any, rank: int | None = None) -> dict[str, float]:
 
 
 def gave_span(text: str, signals: dict[str, float]) -> bool:
-    """Whether a candidate gave a span to answer with: some text, written in at least one token.
+    """Whether a candidate gave a span to answer with: some text, written in at least one token, not
+    cut out of a longer number (`cut_from_number`).
 
     The one "live candidate" rule: the pipeline's per-passage candidates and `rag eval calibrate`'s
     recorded ones (serialised, where an old points file may lack `span_tokens`) both use it."""
-    return bool(text.strip()) and bool(signals.get(SPAN_TOKENS, 1))
+    return bool(text.strip()) and bool(signals.get(SPAN_TOKENS, 1)) and not signals.get(CUT_NUMBER)
+
+
+# a digit joined to the span's first (last) character by nothing or by one of . , : (a decimal point, a
+# thousands separator, the colon of a time): the span then starts (ends) inside a number
+_NUMBER_BEFORE = re.compile(r"\d[.,:]?$")
+_NUMBER_AFTER = re.compile(r"^[.,:]?\d")
+
+
+def cut_from_number(span: str, passage: str) -> bool:
+    """Whether every occurrence of `span` in `passage` (whitespace runs collapsed) starts or ends inside a
+    longer number: "30" of "18:30", "0" of "0.20 euros", "500" of "11,500", "12" of "12:50".
+
+    Why: the grounded-span decoder may start a span at any word edge, and a digit run after a colon or
+    a decimal point is one. Qwen writes digits one token at a time, so a model that wanted "3 weeks"
+    (the passage says "three weeks") was led into "30" of "18:30", cited: a number the passage never
+    states. Such a span is no answer; the candidate is treated as one that gave no span (and the
+    refusal model never sees it). A span that is not in the passage at all is not judged here (False)."""
+    s = " ".join(span.split())
+    if not s or not (s[0].isdigit() or s[-1].isdigit()):
+        return False
+    text = " ".join(passage.split())
+    found = False
+    start = text.find(s)
+    while start >= 0:
+        found = True
+        before, after = text[max(0, start - 2):start], text[start + len(s):start + len(s) + 2]
+        cut = (s[0].isdigit() and _NUMBER_BEFORE.search(before)) or (s[-1].isdigit() and _NUMBER_AFTER.match(after))
+        if not cut:
+            return False
+        start = text.find(s, start + 1)
+    return found
