@@ -5,6 +5,13 @@ and the server call lives here once: a private event-loop thread for sync caller
 `generate`/`stream`/`iterate` over it, chat encoding with the backend's tokenizer, and `close`.
 Before this, the engine and remote generators each carried a copy and imported each other.
 
+Each sync method is its async twin (`agenerate_many`, `anext_token_logprobs`, `aprompt_logprobs`)
+run through `_submit`, the one place sync code crosses onto the bridge loop. A question is one
+async implementation (`Pipeline.astream`) whose LLM stages await the async twins on whatever loop
+runs it: the bridge loop for `Pipeline.ask` (one crossing, `iterate`), the server's own loop for
+its routes (none). `run_sync` is the same entry for a pipeline whose model is not loaded yet.
+`Bridge` is the loop thread and its `submit`, the only `run_coroutine_threadsafe`.
+
 What differs between backends is said by flags, not by `generator.backend == ...` checks or by
 reaching into `generator.engine.engine`: `supports_logits_processors` (grounded spans, forced
 citation markers), `supports_prefix_cache` (the server's /v1/cache routes), `eos_token_ids`,
@@ -14,17 +21,41 @@ citation markers), `supports_prefix_cache` (the server's /v1/cache routes), `eos
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import queue
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from rerank.registry import Registry
 
 from .config import GeneratorConfig
 
 Spans = list[tuple[int, int]]  # [start, end) token ranges of a prompt that are retrieved passages
+T = TypeVar("T")
+
+
+class Bridge:
+    """A private event loop in a daemon thread, and the one crossing of sync code onto it."""
+
+    def __init__(self, thread_name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=thread_name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule `coro` on the loop. Called on that loop itself it would wait for itself forever:
+        that is a sync call left inside the async path (await the async twin instead), so it fails."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a sync generator call on the generator's own loop would deadlock; "
+                               "await its async twin (agenerate_many, anext_token_logprobs, ...)")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
 
 
 class Generator(ABC):
@@ -45,9 +76,8 @@ class Generator(ABC):
 
     def __init__(self, thread_name: str) -> None:
         # Subclasses load their model first, so a failed load leaves no thread behind.
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name=thread_name, daemon=True)
-        self._thread.start()
+        self._bridge = Bridge(thread_name)
+        self._loop, self._thread = self._bridge.loop, self._bridge.thread
 
     # ---- what a backend provides ------------------------------------------------------------
     @abstractmethod
@@ -82,11 +112,33 @@ class Generator(ABC):
 
         return locate_spans(self.tokenizer, list(token_ids), texts) or None
 
-    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+    async def agenerate_many(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
+                             passage_spans: list[Spans | None] | None = None) -> list:
+        """Final outputs of many requests, submitted together so the backend batches them; one
+        `SamplingParams` for all, one per prompt, or None for the defaults (as `inference.LLM`);
+        `passage_spans[i]`: prompt i's passage spans (None: none). `generate` is this, from sync code."""
+        if sampling_params is None:
+            from inference.sampling_params import SamplingParams
+
+            sampling_params = SamplingParams()
+        plist = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        spans = passage_spans if passage_spans is not None else [None] * len(prompts)
+        return await asyncio.gather(*(self.agenerate(p, sp, passage_spans=s)
+                                      for p, sp, s in zip(prompts, plist, spans, strict=True)))
+
+    async def anext_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+        """log P(candidate | prompt) per prompt, in one batch (the LLM reranker's P("yes"))."""
         raise NotImplementedError(f"generator.backend {self.backend} has no next-token logprobs")
 
-    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+    async def aprompt_logprobs(self, prompts: list) -> list[list[float]]:
+        """log P(token | prefix) of every prompt token after the first (the engine compressor)."""
         raise NotImplementedError(f"generator.backend {self.backend} has no prompt logprobs")
+
+    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+        return self.run(self.anext_token_logprobs(prompts, candidate_token_ids))
+
+    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+        return self.run(self.aprompt_logprobs(prompts))
 
     def stats(self) -> dict:
         return {}
@@ -111,27 +163,18 @@ class Generator(ABC):
         """Release the backend's own resources; the bridge loop is stopped after this."""
 
     # ---- the sync bridge (CLI, eval) --------------------------------------------------------
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """The one crossing from sync code into async code: `coro` is scheduled on the bridge loop."""
+        return self._bridge.submit(coro)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine that uses this generator (e.g. `answerability.passage_check`) to its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._submit(coro).result()
 
     def generate(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
                  passage_spans: list[Spans | None] | None = None) -> list:
-        """Final outputs of many requests, submitted together so the backend batches them; one
-        `SamplingParams` for all, one per prompt, or None for the defaults (as `inference.LLM`);
-        `passage_spans[i]`: prompt i's passage spans (None: none)."""
-        if sampling_params is None:
-            from inference.sampling_params import SamplingParams
-
-            sampling_params = SamplingParams()
-        plist = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
-        spans = passage_spans if passage_spans is not None else [None] * len(prompts)
-
-        async def run() -> list:
-            return await asyncio.gather(*(self.agenerate(p, sp, passage_spans=s)
-                                          for p, sp, s in zip(prompts, plist, spans, strict=True)))
-
-        return self.run(run())
+        """`agenerate_many` from sync code."""
+        return self.run(self.agenerate_many(prompts, sampling_params, passage_spans))
 
     def stream(self, prompt: str | list[int], params: Any, passage_spans: Spans | None = None) -> Iterator:
         """Incremental outputs; closing the iterator early aborts the request. The request is
@@ -159,7 +202,7 @@ class Generator(ABC):
             finally:
                 q.put(done)
 
-        fut = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        fut = self._submit(pump())
         try:
             while (item := q.get()) is not done:
                 if isinstance(item, BaseException):
@@ -175,14 +218,32 @@ class Generator(ABC):
 
     def close(self) -> None:
         self._shutdown()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
+        self._bridge.stop()
 
 
 # `generator.backend` -> the module that registers it; a backend's heavy imports (torch, httpx)
 # load only when a config asks for it.
 GENERATORS: Registry[Generator] = Registry("generator backend", {
     "engine": "rag.generation.engine", "remote": "rag.generation.remote"})
+
+
+_shared: Bridge | None = None
+_shared_lock = threading.Lock()
+
+
+def run_sync(coro: Coroutine[Any, Any, T], generator: Generator | None) -> T:
+    """A sync API's entry into its async implementation: through `generator`'s bridge loop, or,
+    where no generator is loaded yet, through one bridge shared by such calls (a retrieval-only
+    `Pipeline.search` never loads a model to get a loop; a fresh `asyncio.run` per call cost ~5x
+    more). A generator the call builds meanwhile is awaited on that loop (the engine answers on
+    whichever loop asks)."""
+    global _shared
+    if generator is not None:
+        return generator.run(coro)
+    with _shared_lock:
+        if _shared is None:
+            _shared = Bridge("rag-sync")
+    return _shared.submit(coro).result()
 
 
 def build_generator(cfg: GeneratorConfig) -> Generator:

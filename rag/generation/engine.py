@@ -61,19 +61,19 @@ class EngineGenerator(Generator):
         """Decoder layers of the loaded model (`rag eval probe` picks the layer it reads)."""
         return len(self.engine.engine.model.layers)
 
-    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+    async def anext_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
         """log P(candidate | prompt) per prompt, all in one batch (the LLM reranker's P("yes"))."""
         from inference.sampling_params import SamplingParams
 
         sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=candidate_token_ids)
-        return [o.candidate_logprobs for o in self.generate(prompts, sp)]
+        return [o.candidate_logprobs for o in await self.agenerate_many(prompts, sp)]
 
-    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+    async def aprompt_logprobs(self, prompts: list) -> list[list[float]]:
         """log P(token | prefix) of every prompt token after the first (the engine compressor's
         surprisal), all prompts in one batch on the shared engine."""
         from inference.prompt_logprobs import PROMPT_SCORING, prompt_token_logprobs
 
-        return prompt_token_logprobs(self.generate(prompts, PROMPT_SCORING))
+        return prompt_token_logprobs(await self.agenerate_many(prompts, PROMPT_SCORING))
 
     def stats(self) -> dict:
         return self.engine.stats()

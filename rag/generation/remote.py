@@ -145,10 +145,10 @@ class RemoteGenerator(Generator):
         return RequestOutput(request_id=rid, prompt=None, prompt_token_ids=ids, outputs=[snap], finished=finished,
                              metrics=metrics)
 
-    def next_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
+    async def anext_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
         raise NotImplementedError("the LLM reranker needs next-token logprobs: use the in-process engine "
                                   "(generator.backend: engine)")
 
-    def prompt_logprobs(self, prompts: list) -> list[list[float]]:
+    async def aprompt_logprobs(self, prompts: list) -> list[list[float]]:
         raise NotImplementedError("the engine compressor needs prompt logprobs: use the in-process engine "
                                   "(generator.backend: engine)")
