@@ -1,12 +1,15 @@
 """Reranker interface: score (query, passage) pairs, reorder candidates, cut by threshold/top_n.
 
 Backends only implement `score`; how many candidates to fetch, depth, threshold, blending and
-top_n live here once (the pipeline calls `fetch_depth` and `rank`, nothing else), so every
+top_n live here once (the pipeline calls `fetch_depth` and `arank`, nothing else), so every
 backend, `none` included, behaves the same in the pipeline and can be swapped by config.
+`arank` is `rank` for an event loop: scoring blocks (a model's forward pass), so it runs in a
+worker thread unless the backend awaits an engine instead (`ascore`, the LLM reranker).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -54,14 +57,33 @@ class Reranker(ABC):
         `fuse_weight > 0` the head's order (and `score`) is the reciprocal-rank blend of both
         orders; the threshold applies to the raw rerank score of scored candidates only.
         """
+        head, tail = self._split(candidates)
+        scores = self.score(query, [passage_text(c) for c in head]) if head else None
+        return self._ranked(head, tail, scores, top_n)
+
+    async def arank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        """`rank` on an event loop: the scores from `ascore`, never computed on the loop itself."""
+        head, tail = self._split(candidates)
+        scores = await self.ascore(query, [passage_text(c) for c in head]) if head else None
+        return self._ranked(head, tail, scores, top_n)
+
+    async def ascore(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """`score` in a worker thread (a backend that awaits an engine overrides this)."""
+        return await asyncio.to_thread(self.score, query, passages)
+
+    def _split(self, candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+        """The head the reranker scores (the first `depth`) and the tail it leaves in place."""
         cands = list(candidates)
-        head, tail = cands[: self.cfg.depth], cands[self.cfg.depth :]
-        out = self._rank_head(query, head) + tail if head else []
+        return cands[: self.cfg.depth], cands[self.cfg.depth :]
+
+    def _ranked(self, head: list[Candidate], tail: list[Candidate], scores: Any, top_n: int | None
+                ) -> list[Candidate]:
+        out = self._rank_head(head, scores) + tail if head else []
         n = top_n if top_n is not None else self.cfg.top_n
         return out[:n] if n is not None else out
 
-    def _rank_head(self, query: str, head: list[Candidate]) -> list[Candidate]:
-        scores = np.asarray(self.score(query, [passage_text(c) for c in head]), dtype=np.float64)
+    def _rank_head(self, head: list[Candidate], raw_scores: Any) -> list[Candidate]:
+        scores = np.asarray(raw_scores, dtype=np.float64)
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         rerank_rank = {i: r for r, i in enumerate(order, 1)}
         final = scores

@@ -3,11 +3,16 @@
 One prompt per (query, passage). The instruction and the query come first and the passage last,
 so every candidate of a query shares the same token prefix: the engine's prefix cache computes
 that prefix once and the whole candidate list goes through in one continuous batch.
+
+On the pipeline's async path (`ascore`) an engine with an async scorer (`AsyncNextTokenScorer`:
+the RAG generator) is awaited on the caller's loop; the prompts are tokenised in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -15,6 +20,16 @@ from inference.protocols import ChatScorer
 
 from .base import Reranker, register
 from .config import RerankerConfig
+
+
+@runtime_checkable
+class AsyncNextTokenScorer(Protocol):
+    """An engine whose next-token scores can be awaited (`rag.generation.Generator`); an offline
+    `inference.LLM` has only the blocking `next_token_logprobs`."""
+
+    async def anext_token_logprobs(self, prompts: list, candidate_token_ids: list[int]
+                                   ) -> list[dict[int, float]]: ...
+
 
 INSTRUCTION = ("You judge search results. Given a query and a passage, answer \"yes\" if the passage "
                "contains the answer to the query or is clearly relevant to it, otherwise answer \"no\".")
@@ -44,8 +59,20 @@ class LLMReranker(Reranker):
         if not passages:
             return np.zeros(0)
         prompts = [self._prompt(query, p) for p in passages]
-        out = self.engine.next_token_logprobs(prompts, sorted(set(self.yes) | set(self.no)))
-        odds = np.asarray([yes_log_odds(lp, self.yes, self.no) for lp in out], dtype=np.float64)
+        return self._probabilities(self.engine.next_token_logprobs(prompts, self._candidates()))
+
+    async def ascore(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        engine = self.engine
+        if not passages or not isinstance(engine, AsyncNextTokenScorer):
+            return await super().ascore(query, passages)
+        prompts = await asyncio.to_thread(lambda: [self._prompt(query, p) for p in passages])
+        return self._probabilities(await engine.anext_token_logprobs(prompts, self._candidates()))
+
+    def _candidates(self) -> list[int]:
+        return sorted(set(self.yes) | set(self.no))
+
+    def _probabilities(self, logprobs: list[dict[int, float]]) -> np.ndarray:
+        odds = np.asarray([yes_log_odds(lp, self.yes, self.no) for lp in logprobs], dtype=np.float64)
         return 1.0 / (1.0 + np.exp(-odds))  # P(yes) / (P(yes) + P(no))
 
 

@@ -25,3 +25,6 @@ class NoReranker(Reranker):
         n = top_n if top_n is not None else self.cfg.top_n
         out = list(candidates)
         return out[:n] if n is not None else out
+
+    async def arank(self, query: str, candidates: Sequence[Candidate], top_n: int | None = None) -> list[Candidate]:
+        return self.rank(query, candidates, top_n)  # nothing is scored: no worker thread to wait for

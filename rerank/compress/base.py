@@ -3,10 +3,13 @@
 Contexts are compressed one by one and joined by the caller's separator, so source separators
 never pass through a compressor; citation markers inside a context ("[1]") are protected spans
 that every backend keeps verbatim, otherwise the model cannot cite what it read.
+`acompress` is `compress` for an event loop (the pipeline's async path): in a worker thread,
+unless the backend awaits an engine for its scores (the engine compressor).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from abc import ABC, abstractmethod
@@ -86,8 +89,16 @@ class Compressor(ABC):
     def compress(self, question: str, contexts: Sequence[str]) -> CompressionResult:
         t = time.perf_counter()
         contexts = list(contexts)
-        tokens_in = sum(self.count_tokens(c) for c in contexts)
         out, dropped = self._compress(question, contexts) if contexts else ([], [])
+        return self._result(contexts, out, dropped, t)
+
+    async def acompress(self, question: str, contexts: Sequence[str]) -> CompressionResult:
+        """`compress` in a worker thread (a backend that awaits an engine overrides this)."""
+        return await asyncio.to_thread(self.compress, question, contexts)
+
+    def _result(self, contexts: list[str], out: list[str], dropped: list[int], t: float) -> CompressionResult:
+        """The result with its token counts, timed from `t` (`perf_counter` at the start)."""
+        tokens_in = sum(self.count_tokens(c) for c in contexts)
         tokens_out = sum(self.count_tokens(c) for c in out if c)
         return CompressionResult(out, tokens_in, tokens_out, time.perf_counter() - t, dropped)
 

@@ -9,20 +9,32 @@ LongLLMLingua idea without its iterative passes). Markers and forced tokens are 
 Given the pipeline's engine (an `inference.protocols.TokenScorer`: `inference.LLM` or the RAG
 generator), the scores come from the engine itself: no second copy
 of the model, and all contexts of a question are scored in one continuous batch. Without one, a
-transformers copy of `cfg.model` is loaded.
+transformers copy of `cfg.model` is loaded. On the pipeline's async path (`acompress`) an engine
+that can be awaited (`AsyncTokenScorer`) is, and the tokenising and word selection run in a
+worker thread around it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from inference.protocols import TokenScorer
 
 from ..config import CompressorConfig
-from .base import DYNAMIC_RATIO, MARKER_RE, Compressor, register, split_budget
+from .base import DYNAMIC_RATIO, MARKER_RE, CompressionResult, Compressor, register, split_budget
 from .lm import load_causal_lm
+
+
+@runtime_checkable
+class AsyncTokenScorer(Protocol):
+    """An engine whose prompt log-probabilities can be awaited (`rag.generation.Generator`)."""
+
+    async def aprompt_logprobs(self, prompts: list) -> list[list[float]]: ...
 
 
 @register("engine")
@@ -54,8 +66,16 @@ class EngineCompressor(Compressor):
 
     def _score_all(self, contexts: list[list[int]], question_ids: list[int]) -> list[tuple[np.ndarray, float]]:
         """Per context: surprisal of every context token and the mean log-prob of the question after it."""
+        return self._scored(contexts, question_ids, self._token_logprobs(self._sequences(contexts, question_ids)))
+
+    def _sequences(self, contexts: list[list[int]], question_ids: list[int]) -> list[list[int]]:
         bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
-        lps = self._token_logprobs([bos + c + question_ids for c in contexts])
+        return [bos + c + question_ids for c in contexts]
+
+    def _scored(self, contexts: list[list[int]], question_ids: list[int], lps: list[np.ndarray]
+                ) -> list[tuple[np.ndarray, float]]:
+        """`_score_all` from the sequences' log-probabilities."""
+        bos = [self.tok.bos_token_id] if self.tok.bos_token_id is not None else []
         off = len(bos) - 1  # lp[j] is log p(ids[j+1]); context token i sits at ids[len(bos)+i]
         out = []
         for c, lp in zip(contexts, lps, strict=True):
@@ -76,10 +96,35 @@ class EngineCompressor(Compressor):
         return forced
 
     def _compress(self, question: str, contexts: list[str]) -> tuple[list[str], list[int]]:
+        encs, q_ids = self._encode(question, contexts)
+        return self._keep(contexts, encs, q_ids, self._score_all([e.input_ids for e in encs], q_ids))
+
+    async def acompress(self, question: str, contexts: Sequence[str]) -> CompressionResult:
+        engine = self.engine
+        if not contexts or not isinstance(engine, AsyncTokenScorer):
+            return await super().acompress(question, contexts)
+        t = time.perf_counter()
+        contexts = list(contexts)
+        encs, q_ids = await asyncio.to_thread(self._encode, question, contexts)
+        ids = [e.input_ids for e in encs]
+        lps = [np.asarray(x, dtype=np.float64) for x in await engine.aprompt_logprobs(self._sequences(ids, q_ids))]
+
+        def finish() -> CompressionResult:
+            out, dropped = self._keep(contexts, encs, q_ids, self._scored(ids, q_ids, lps))
+            return self._result(contexts, out, dropped, t)
+
+        return await asyncio.to_thread(finish)
+
+    def _encode(self, question: str, contexts: list[str]) -> tuple[list[Any], list[int]]:
+        """Each context's encoding (with offsets) and the question's ids (none unless question-aware)."""
         encs = [self.tok(c, add_special_tokens=False, return_offsets_mapping=True) for c in contexts]
         q_ids = self.tok("\nQuestion: " + question, add_special_tokens=False).input_ids \
             if (question and self.cfg.question_aware) else []
-        scored = self._score_all([e.input_ids for e in encs], q_ids)
+        return encs, q_ids
+
+    def _keep(self, contexts: list[str], encs: list[Any], q_ids: list[int],
+              scored: list[tuple[np.ndarray, float]]) -> tuple[list[str], list[int]]:
+        """The compressed contexts (and the dropped indexes) from the contexts' scores."""
         lens = [len(e.input_ids) for e in encs]
         order = [int(i) for i in np.argsort([-r for _, r in scored], kind="stable")]
         dynamic = DYNAMIC_RATIO if self.cfg.question_aware else 0.0
