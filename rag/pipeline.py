@@ -2,10 +2,16 @@
 
 Stages are built lazily from the config, so `search` never loads the language model and a
 retrieval-only config never needs one.
+
+A question has one implementation, async (`astream` > `aprepare` > `asearch`): stages that call
+the model await the generator's async API on the question's loop; blocking work (building a stage,
+retrieval, reranking models, prompts, calibration files) runs in worker threads. The server awaits
+it on its own loop; the sync API enters it once, through `rag/generation/base.py`'s bridge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,9 +26,10 @@ from retrieval.types import SearchResult
 from . import prompt as prompt_mod
 from .answer import Answer, Passage
 from .answering.policy import Policies, below_threshold
-from .answering.prepare import request_for
+from .answering.prepare import arequest_for
 from .app import build_retriever, open_store
 from .config import RagConfig, load_config
+from .generation.base import run_sync
 from .query.planner import QueryPlan, QueryPlanner
 
 if TYPE_CHECKING:  # built lazily: a search-only pipeline never imports torch-backed stages
@@ -123,21 +130,33 @@ class Pipeline:
             self._compressor = build_compressor(self.cfg.compress, engine=self.generator)
         return self._compressor
 
+    async def _built(self, *names: str) -> list[Any]:  # a stage's model is loaded off the loop
+        return await asyncio.to_thread(lambda: [getattr(self, n) for n in names])
+
     # ---- retrieval ----------------------------------------------------------------------
     def search(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                plan: QueryPlan | None = None) -> SearchResult:
-        """Planned, fused and reranked candidates (no generation of the answer)."""
+        """Planned, fused and reranked candidates (no generation of the answer): `asearch`."""
+        return run_sync(self.asearch(question, filters, collection, k, plan), self._generator)
+
+    async def asearch(self, question: str, filters: FilterSpec = None, collection: str | None = None,
+                      k: int | None = None, plan: QueryPlan | None = None) -> SearchResult:
         k = k or self.cfg.retrieval.k
-        timings: dict[str, float] = {}
-        plan = plan or self.planner.plan(question)
-        timings.update(plan.timings_ms)
-        flt = _merge_filters(filters, plan.filters)
+        planner, reranker = await self._built("planner", "reranker")
+        plan = plan or await planner.aplan(question)
+        timings: dict[str, float] = dict(plan.timings_ms)
+        flt = plan.filters_with(filters)
         coll = collection if collection is not None else plan.collections
-        depth = self.reranker.fetch_depth(k)
+        depth = reranker.fetch_depth(k)
+        must = plan.must_terms or None
+
+        def retrieve(queries: list[tuple[str, str | None]]) -> list[SearchResult]:
+            with self.lock:
+                return [self.retriever.search(q, k=depth, mode=mode, filters=flt, collection=coll, must_terms=must)
+                        for q, mode in queries]
+
         t0 = time.perf_counter()
-        with self.lock:
-            results = [self.retriever.search(q.text, k=depth, mode=q.mode, filters=flt, collection=coll,
-                                             must_terms=plan.must_terms or None) for q in plan.searches]
+        results = await asyncio.to_thread(retrieve, [(q.text, q.mode) for q in plan.searches])
         timings["retrieve"] = _ms(t0)
         for r in results:
             for key in ("embed", "bm25", "dense"):
@@ -151,19 +170,17 @@ class Pipeline:
         if self.cfg.query.multi_hop.enabled and self.cfg.query.multi_hop.max_hops > 1 and cands:
             from .query.multihop import MultiHop
 
-            def follow(query: str) -> SearchResult:
-                with self.lock:
-                    return self.retriever.search(query, k=depth, filters=flt, collection=coll,
-                                                 must_terms=plan.must_terms or None)
+            async def follow(query: str) -> SearchResult:
+                return (await asyncio.to_thread(retrieve, [(query, None)]))[0]
 
             t3 = time.perf_counter()
-            hopper = MultiHop(self.cfg.query.multi_hop, self.generator, self.cfg.query.system)
-            cands, hops = hopper.run(question, [q.text for q in plan.searches], cands, results, weights, follow,
-                                     self.cfg.retrieval.fusion.k)
+            hopper = MultiHop(self.cfg.query.multi_hop, (await self._built("generator"))[0], self.cfg.query.system)
+            cands, hops = await hopper.arun(question, [q.text for q in plan.searches], cands, results, weights,
+                                            follow, self.cfg.retrieval.fusion.k)
             timings["multi_hop"] = _ms(t3)
         if cands:
             t2 = time.perf_counter()
-            cands = self.reranker.rank(question, cands)
+            cands = await reranker.arank(question, cands)
             timings["rerank"] = _ms(t2)
         res = SearchResult(cands[:k], timings, results[0].collections if results else [])
         res.queries = [q.text for q in plan.searches] + [h.query for h in hops if h.query]  # type: ignore[attr-defined]
@@ -186,16 +203,25 @@ class Pipeline:
     def prepare(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                 k: int | None = None, mode: str | None = None, history: Sequence[ChatTurn] = (),
                 **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
+        """Everything up to generation (`aprepare`), from sync code."""
+        return run_sync(self.aprepare(question, filters, collection, k, mode, history, **sampling), self._generator)
+
+    async def aprepare(self, question: str, filters: FilterSpec = None, collection: str | None = None,
+                       k: int | None = None, mode: str | None = None, history: Sequence[ChatTurn] = (),
+                       **sampling: Any) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
         """Everything up to generation: the partial Answer, the built prompt and sampling params.
         A chat turn (`history`) searches its condensed standalone query and answers with the
         earlier turns in the prompt."""
         self._check_question(question)
         t0 = time.perf_counter()
         ac = self.cfg.answer
-        condensed = self.condenser.condense(history, question) if history else None
+        condensed = None
+        if history:
+            (condenser,) = await self._built("condenser")
+            condensed = await condenser.acondense(history, question)
         query = condensed.query if condensed else question
         k = k or (ac.follow_up_k if history and ac.follow_up_k else ac.context_k)
-        res = self.search(query, filters=filters, collection=collection, k=k)
+        res = await self.asearch(query, filters=filters, collection=collection, k=k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [query]))
         if condensed:
@@ -204,21 +230,25 @@ class Pipeline:
         if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
             answer.closest_passages = passages  # shown with the refusal, never given to the model
             passages = []  # too weak to answer from: refused below, as with no passages at all
-        return request_for(self, answer, passages, t0, sampling, mode, history)
+        return await arequest_for(self, answer, passages, t0, sampling, mode, history)
 
     def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
+        return run_sync(self.aprepare_given(question, texts, mode, **sampling), self._generator)
+
+    async def aprepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         self._check_question(question)
         t0 = time.perf_counter()
         passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
                     for i, t in enumerate(texts)]
-        return request_for(self, Answer(question=question, text="", queries=[question]), passages, t0, sampling,
-                           mode)
+        return await arequest_for(self, Answer(question=question, text="", queries=[question]), passages, t0,
+                                  sampling, mode)
 
     def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                passages: list[str] | None = None, history: Sequence[ChatTurn] = (),
                **sampling: Any) -> Iterator[str | Answer]:
-        """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval."""
+        """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval.
+        The one crossing of a sync question into `astream`: the generator's bridge (`iterate`)."""
         if passages is None and self._generator is None:
             # Retrieval errors (bad filters, long questions) surface before any model is loaded.
             self._check_question(question)
@@ -228,16 +258,13 @@ class Pipeline:
     async def astream(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                       k: int | None = None, request_id: str | None = None, passages: list[str] | None = None,
                       history: Sequence[ChatTurn] = (), **sampling: Any):
-        """Retrieval in a worker thread, generation on the caller's loop (so a client that goes
-        away cancels the request and frees its KV blocks); deltas, then the final `Answer`."""
-        import asyncio
-
+        """The question on the caller's loop (so a client that goes away cancels the request and
+        frees its KV blocks); blocking work in worker threads; deltas, then the final `Answer`."""
         t0 = time.perf_counter()
         if passages is None:
-            prep = await asyncio.to_thread(self.prepare, question, filters, collection, k, history=history,
-                                           **sampling)
+            prep = await self.aprepare(question, filters, collection, k, history=history, **sampling)
         else:
-            prep = await asyncio.to_thread(self.prepare_given, question, passages, **sampling)
+            prep = await self.aprepare_given(question, passages, **sampling)
         answer, built, params = prep
         if built is None:
             yield answer.text
@@ -245,8 +272,9 @@ class Pipeline:
             return
         from .answering.stream import decode_answer
 
-        gen = self.generator
-        agen = decode_answer(gen, self.cfg, self.policies, answer, built, params, t0, gen.eos_token_ids, request_id)
+        gen, policies = await self._built("generator", "policies")
+        await asyncio.to_thread(policies.for_question, answer.question)  # reads its calibration files: off the loop
+        agen = decode_answer(gen, self.cfg, policies, answer, built, params, t0, gen.eos_token_ids, request_id)
         try:
             async for item in agen:
                 yield item
@@ -270,13 +298,3 @@ class Pipeline:
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
-
-def _merge_filters(user: FilterSpec, planned: dict) -> FilterSpec:
-    if not planned:
-        return user
-    if not user:
-        return planned
-    from retrieval.filters import Filters
-
-    a, b = Filters.parse(user), Filters.parse(planned)
-    return Filters(conditions=a.conditions + b.conditions)

@@ -9,6 +9,7 @@ step's own business, beside the decode that reads those constraints back (`strea
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -54,17 +55,18 @@ def answer_mode(mode: str | None, default: str) -> str:
     return mode
 
 
-def request_for(stages: Stages, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
-                mode: str | None = None, history: Sequence[ChatTurn] = ()
-                ) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
+async def arequest_for(stages: Stages, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
+                       mode: str | None = None, history: Sequence[ChatTurn] = ()
+                       ) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
     """The partial Answer, the built prompt and the sampling params for `passages`; (answer, None,
-    None) when compression left no passage (the answer is then the refusal, not decoded)."""
+    None) when compression left no passage (the answer is then the refusal, not decoded). On the
+    question's loop: the compressor is awaited, the prompt built in a worker thread."""
     cfg = stages.cfg
-    question = answer.question
     answer.mode = mode = answer_mode(mode, cfg.answer.mode)
-    if stages.compressor is not None and passages:
+    compressor = (await asyncio.to_thread(lambda: stages.compressor)) if passages else None
+    if compressor is not None:
         t1 = time.perf_counter()
-        comp = stages.compressor.compress(question, [p.text for p in passages])
+        comp = await compressor.acompress(answer.question, [p.text for p in passages])
         passages = [dataclasses.replace(p, text=t) for p, t in zip(passages, comp.contexts) if t]
         answer.compression = comp.stats()
         answer.timings_ms["compress"] = _ms(t1)
@@ -72,6 +74,15 @@ def request_for(stages: Stages, answer: Answer, passages: list[Passage], t0: flo
         refuse(cfg.prompt.refusal).apply(answer)
         answer.timings_ms["total"] = _ms(t0)
         return answer, None, None
+    return await asyncio.to_thread(_request, stages, answer, passages, t0, sampling, mode, history)
+
+
+def _request(stages: Stages, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
+             mode: str, history: Sequence[ChatTurn]) -> tuple[Answer, prompt_mod.BuiltPrompt, SamplingParams]:
+    """The prompt within the token budget and the mode's decoding constraints (CPU: tokenising,
+    the span decoder's tables; the generator and the policy are built here on first use)."""
+    cfg = stages.cfg
+    question = answer.question
     gen = stages.generator
     if mode == "short":
         # Copying from the passages is the point: no penalty on tokens the prompt contains.

@@ -14,6 +14,7 @@ that keeps none of the follow-up's own words (the previous question restated, it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -150,14 +151,19 @@ class Condenser:
         return tok.apply_chat_template(condense_messages(self.cfg, history, question), tokenize=False,
                                        add_generation_prompt=True)
 
-    def condense(self, history: Sequence[Exchange], question: str) -> Condensed:
+    def _without_model(self, history: Sequence[Exchange], question: str) -> Condensed | None:
+        """The turn's query when no call is needed (a first turn, condensing switched off)."""
         if not history:
             return Condensed(question, "none")
         if not self.cfg.condense.enabled:
             return Condensed(fallback_query(history, question), "fallback", "query.condense.enabled is false")
+        return None
+
+    def _request(self, history: Sequence[Exchange], question: str) -> tuple[list[str], list[Any]]:
+        """The one condensing call's prompt and sampling params (schema-constrained where the
+        backend takes logits processors)."""
         from inference.sampling_params import SamplingParams
 
-        t0 = time.perf_counter()
         n = self.cfg.condense.max_tokens
         procs = []
         if getattr(self.llm, "supports_logits_processors", False):
@@ -165,10 +171,29 @@ class Condenser:
 
             procs = [JsonSchemaLogitsProcessor(_SCHEMA, self.llm.tokenizer, max_tokens=n)]
         params = SamplingParams(temperature=0.0, max_tokens=n, logits_processors=procs)
-        raw = self.llm.generate([self.prompt(history, question)], [params])[0].text
+        return [self.prompt(history, question)], [params]
+
+    def _result(self, history: Sequence[Exchange], question: str, raw: str, t0: float) -> Condensed:
         ms = (time.perf_counter() - t0) * 1000
         query = parse_query(raw)
         why = rejection(query, history, question)
         if why is not None:
             return Condensed(fallback_query(history, question), "fallback", why, raw, ms)
         return Condensed(query, "model", "", raw, ms)
+
+    def condense(self, history: Sequence[Exchange], question: str) -> Condensed:
+        """The standalone query of a chat turn, from sync code."""
+        if (done := self._without_model(history, question)) is not None:
+            return done
+        t0 = time.perf_counter()
+        raw = self.llm.generate(*self._request(history, question))[0].text
+        return self._result(history, question, raw, t0)
+
+    async def acondense(self, history: Sequence[Exchange], question: str) -> Condensed:
+        """`condense` on an event loop: the prompt built in a worker thread, the call awaited here."""
+        if (done := self._without_model(history, question)) is not None:
+            return done
+        t0 = time.perf_counter()
+        prompts, params = await asyncio.to_thread(self._request, history, question)
+        raw = (await self.llm.agenerate_many(prompts, params))[0].text
+        return self._result(history, question, raw, t0)

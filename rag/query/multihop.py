@@ -7,15 +7,17 @@ the top passages and answers either "answered" (stop: the first hop already hold
 a follow-up search query (the bridge entity plus what is asked about it). The follow-up's results
 join the earlier ones in the weighted RRF fusion; the reranker then sees them all with the
 original question. The prompt's fixed part (system + instruction) comes first, so the engine's
-prefix cache computes it once for every question.
+prefix cache computes it once for every question. It runs inside the pipeline's async search
+(`Pipeline.asearch`): each hop's call is awaited on the caller's loop, its search is the caller's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,36 +67,39 @@ class MultiHop:
         return [{"role": "system", "content": self.system},
                 {"role": "user", "content": f"{_INSTRUCTION}\n\nPassages:\n{shown}\n\nQuestion: {question}"}]
 
-    def next_hop(self, question: str, passages: list[str], previous: list[str]) -> Hop:
-        """The follow-up query after a search whose top passages are `passages` (or a stop)."""
+    def _request(self, question: str, passages: list[str]) -> tuple[str, Any]:
+        """The hop call's prompt and its schema-constrained sampling params (CPU: a worker thread)."""
         from inference.sampling_params import SamplingParams
         from inference.structured import JsonSchemaLogitsProcessor
 
-        t0 = time.perf_counter()
         tok = self.llm.tokenizer
         text = tok.apply_chat_template(self.prompt(question, passages), tokenize=False, add_generation_prompt=True)
         proc = JsonSchemaLogitsProcessor(_SCHEMA, tok, max_tokens=self.cfg.max_tokens)
-        params = SamplingParams(temperature=0.0, max_tokens=self.cfg.max_tokens, logits_processors=[proc])
-        raw = self.llm.generate([text], [params])[0].text.strip()
+        return text, SamplingParams(temperature=0.0, max_tokens=self.cfg.max_tokens, logits_processors=[proc])
+
+    async def anext_hop(self, question: str, passages: list[str], previous: list[str]) -> Hop:
+        """The follow-up query after a search whose top passages are `passages` (or a stop)."""
+        t0 = time.perf_counter()
+        text, params = await asyncio.to_thread(self._request, question, passages)
+        raw = (await self.llm.agenerate_many([text], [params]))[0].text.strip()
         hop = decide(raw, question, previous)
         hop.ms = (time.perf_counter() - t0) * 1000
         return hop
 
-
-    def run(self, question: str, searched: list[str], cands: list[Candidate], results: list[SearchResult],
-            weights: list[float], search: Callable[[str], SearchResult], rrf_k: int
-            ) -> tuple[list[Candidate], list[Hop]]:
+    async def arun(self, question: str, searched: list[str], cands: list[Candidate], results: list[SearchResult],
+                   weights: list[float], search: Callable[[str], Awaitable[SearchResult]], rrf_k: int
+                   ) -> tuple[list[Candidate], list[Hop]]:
         """Up to `max_hops - 1` follow-ups after the first (already fused) search: each named query is
-        searched, appended to `results` / `weights` and everything fused again. Returns the fused
-        candidates and the hop decisions (the last one says why it stopped)."""
+        searched (`await search(query)`), appended to `results` / `weights` and everything fused
+        again. Returns the fused candidates and the hop decisions (the last one says why it stopped)."""
         previous, hops = list(searched), []
         first = cands[: self.cfg.keep]
         for _ in range(self.cfg.max_hops - 1):
-            hop = self.next_hop(question, [c.chunk.text for c in cands[: self.cfg.passages]], previous)
+            hop = await self.anext_hop(question, [c.chunk.text for c in cands[: self.cfg.passages]], previous)
             hops.append(hop)
             if hop.query is None:
                 break
-            results.append(search(hop.query))
+            results.append(await search(hop.query))
             weights.append(self.cfg.weight)
             previous.append(hop.query)
             cands = fuse_searches(results, weights, rrf_k)

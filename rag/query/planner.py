@@ -3,10 +3,12 @@
 Every enabled LLM transform contributes one call; all calls for a question go to the engine as
 one batch whose prompts start with the same system message, so that prefix is computed once.
 Outputs that must be lists are produced under a JSON schema, so they always parse.
+`aplan` is the pipeline's (its calls awaited on the caller's loop); `plan` the same from sync code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -41,6 +43,17 @@ class QueryPlan:
     entities: dict[str, list[str]] = field(default_factory=dict)
     timings_ms: dict[str, float] = field(default_factory=dict)
     generated: dict[str, str] = field(default_factory=dict)  # raw LLM outputs, for debugging
+
+    def filters_with(self, user: Any) -> Any:
+        """The user's filters (a `retrieval.retriever.FilterSpec`) and the plan's, both applied."""
+        if not self.filters:
+            return user
+        if not user:
+            return self.filters
+        from retrieval.filters import Filters
+
+        a, b = Filters.parse(user), Filters.parse(self.filters)
+        return Filters(conditions=a.conditions + b.conditions)
 
 
 @dataclass
@@ -97,7 +110,8 @@ class QueryPlanner:
                 'Answer as JSON {"collection": "..."}.'), schema, 24))
         return calls
 
-    def _run(self, question: str, calls: list[_Call]) -> dict[str, str]:
+    def _requests(self, question: str, calls: list[_Call]) -> tuple[list[str], list[Any]]:
+        """The prompts and sampling params of the calls (chat template, schema processors: CPU)."""
         from inference.sampling_params import SamplingParams
         from inference.structured import JsonSchemaLogitsProcessor
 
@@ -109,16 +123,29 @@ class QueryPlanner:
             prompts.append(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
             procs = [JsonSchemaLogitsProcessor(call.schema, tok, max_tokens=call.max_tokens)] if call.schema else []
             params.append(SamplingParams(temperature=0.0, max_tokens=call.max_tokens, logits_processors=procs))
-        outs = self.llm.generate(prompts, params)
-        return {call.name: out.text.strip() for call, out in zip(calls, outs)}
+        return prompts, params
 
     def plan(self, question: str) -> QueryPlan:
+        """The searches for `question`, from sync code (the calls through the generator's bridge)."""
+        calls = self._calls(question) if self.llm is not None else []
+        t0 = time.perf_counter()
+        outs = self.llm.generate(*self._requests(question, calls)) if calls else []
+        return self._assemble(question, calls, outs, t0)
+
+    async def aplan(self, question: str) -> QueryPlan:
+        """`plan` on an event loop: the prompts built in a worker thread, the calls awaited here."""
+        calls = self._calls(question) if self.llm is not None else []
+        t0 = time.perf_counter()
+        outs = await self.llm.agenerate_many(*await asyncio.to_thread(self._requests, question, calls)) \
+            if calls else []
+        return self._assemble(question, calls, outs, t0)
+
+    def _assemble(self, question: str, calls: list[_Call], outs: list[Any], t0: float) -> QueryPlan:
+        """The plan from the calls' outputs (`outs`, in call order; none without calls)."""
         c = self.cfg
         plan = QueryPlan(question, [SearchQuery(question)])
-        calls = self._calls(question) if self.llm is not None else []
         if calls:
-            t0 = time.perf_counter()
-            plan.generated = self._run(question, calls)
+            plan.generated = {call.name: out.text.strip() for call, out in zip(calls, outs)}
             plan.timings_ms["rewrite"] = (time.perf_counter() - t0) * 1000
         gen = plan.generated
         for name, weight in (("rewrite", c.rewrite.weight), ("multi_query", c.multi_query.weight)):

@@ -103,7 +103,10 @@ async def search(req: SearchRequest, request: Request):
     check_collection(pipe, req.collection)
     if req.mode == "global":
         return {"mode": "global", "communities": await asyncio.to_thread(_global, pipe, req)}
-    res = await asyncio.to_thread(_search, pipe, req, filters)
+    if req.mode:  # one retriever mode, no plan or reranking: a blocking call in a worker thread
+        res = await asyncio.to_thread(_search_mode, pipe, req, filters)
+    else:  # the pipeline's search, awaited here: its LLM stages run on this loop, its retrieval in threads
+        res = await pipe.asearch(req.query, filters=filters, collection=req.collection, k=req.top_k)
     observe_stages(st, res.timings_ms)
     out = res.to_dict()
     for r, c in zip(out["results"], res.candidates):
@@ -116,9 +119,7 @@ def _global(pipe, req: SearchRequest) -> list[dict]:
         return pipe.retriever.global_search(req.query, req.top_k, req.collection)
 
 
-def _search(pipe, req: SearchRequest, filters):
-    if req.mode:
-        with pipe.lock:
-            return pipe.retriever.search(req.query, k=req.top_k, mode=req.mode, filters=filters,
-                                         collection=req.collection)
-    return pipe.search(req.query, filters=filters, collection=req.collection, k=req.top_k)
+def _search_mode(pipe, req: SearchRequest, filters):
+    with pipe.lock:
+        return pipe.retriever.search(req.query, k=req.top_k, mode=req.mode, filters=filters,
+                                     collection=req.collection)
