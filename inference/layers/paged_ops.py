@@ -114,7 +114,7 @@ def prefill_attention(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
         return o[0].transpose(0, 1)
     g = hq // hk
-    if q.device.type == "cpu" and n > PREFILL_Q_BLOCK and os.environ.get("RAG_BLOCKED_PREFILL", "1") != "0":
+    if q.device.type == "cpu" and n > PREFILL_Q_BLOCK and BLOCKED_PREFILL:
         if span.blocks is None or span.blocks[0][3].dtype != q.dtype:
             span.blocks = prefill_blocks(span.mask, g, q.dtype)
         return blocked_prefill(q, k, v, span.blocks)
@@ -129,6 +129,7 @@ def prefill_attention(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -
 
 
 PREFILL_Q_BLOCK = 128  # query rows per block of `blocked_prefill`
+BLOCKED_PREFILL = os.environ.get("RAG_BLOCKED_PREFILL", "1") != "0"  # read once, not per layer call
 
 
 def prefill_blocks(mask: torch.Tensor, g: int, dtype: torch.dtype,
