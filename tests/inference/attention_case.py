@@ -3,12 +3,23 @@ cached prefix) and a naive per-row oracle, shared by the CPU and Triton-interpre
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from inference.kv_cache import LayerKVCache
 from inference.layers.metadata import AttentionMetadata, PrefillSpan
+
+REPO = Path(__file__).resolve().parents[2]
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 
 BS, HK, HQ, D = 8, 2, 4, 16
 # (kind, blocks, context length, new tokens)
@@ -62,3 +73,14 @@ def oracle(q: torch.Tensor, cache: LayerKVCache) -> torch.Tensor:
             out[t] = torch.einsum("hl,lhd->hd", s.softmax(-1), v[:visible])
             t += 1
     return out
+
+
+def run_interpreted(child: str) -> Any:
+    """Run the Python source `child` in a fresh process under Triton's CPU interpreter
+    (`TRITON_INTERPRET=1` only counts before triton is imported) and return the JSON its last
+    output line prints."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", child], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])

@@ -7,21 +7,12 @@ are multiples of 256), SDPA's CUDA kernels for prefill, CUDA graphs (bench/devic
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from inference.layers import attention, cuda_attention
 from inference.layers.paged_ops import torch_paged_attention
-from tests.inference.attention_case import build, oracle
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.inference.attention_case import build, needs_triton, oracle, run_interpreted
 
 
 def test_torch_reference_matches_oracle():
@@ -72,13 +63,9 @@ print(json.dumps({
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_triton
 def test_triton_paged_decode_under_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    err = json.loads(res.stdout.strip().splitlines()[-1])
+    err = run_interpreted(CHILD)
     assert err["kernel"] < 1e-5 and err["triton_forward"] < 1e-5
     assert err["flash_fallback"] < 1e-5  # block size 8: flash-attn cannot page it, Triton takes over
     assert err["kernel_bf16"] < 5e-2

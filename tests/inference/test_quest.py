@@ -5,13 +5,7 @@ Triton's CPU interpreter against the torch reference."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,8 +19,8 @@ from inference.kv_cache import LayerKVCache
 from inference.layers import quest
 from inference.layers.metadata import AttentionMetadata
 from inference.layers.paged_ops import torch_paged_attention
+from tests.inference.attention_case import needs_triton, run_interpreted
 
-REPO = Path(__file__).resolve().parents[2]
 QUEST = {"method": "quest", "token_budget": 32, "dense_layers": 2}
 
 
@@ -306,13 +300,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+@needs_triton
 def test_triton_quest_kernels_under_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-c", CHILD], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    for err in json.loads(res.stdout.strip().splitlines()[-1]).values():
+    for err in run_interpreted(CHILD).values():
         assert err["inf_same"] and err["same_selection"]
         assert err["scores"] < 1e-4 and err["sparse"] < 1e-5
         assert err["triton_forward"] < 1e-5 and err["flash_fallback"] < 1e-5
