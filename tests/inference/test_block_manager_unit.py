@@ -28,6 +28,17 @@ def refs(bm: BlockManager) -> list[int]:
     return [b.ref_count for b in bm.blocks]
 
 
+def freed(n: int) -> tuple[BlockManager, Sequence]:
+    """A 6-block pool after one sequence of tokens 0..n-1 was computed and freed: its full blocks
+    stay cached (evictable), the rest is free."""
+    bm = BlockManager(6, BS)
+    a = seq(list(range(n)))
+    bm.match_prefix(a)
+    computed(bm, a, n)
+    bm.free(a)
+    return bm, a
+
+
 def test_allocation_commit_and_hashing():
     bm = BlockManager(6, BS)
     a = seq(list(range(10)))
@@ -44,11 +55,7 @@ def test_allocation_commit_and_hashing():
 
 
 def test_free_keeps_hashed_blocks_evictable_tail_first_and_a_hit_adopts_them():
-    bm = BlockManager(6, BS)
-    a = seq(list(range(10)))
-    bm.match_prefix(a)
-    computed(bm, a, 10)
-    bm.free(a)
+    bm, a = freed(10)
     assert a.block_table == [] and refs(bm) == [0] * 6 and bm.num_used == 0
     assert list(bm.evictable) == [1, 0]  # reverse order: the prefix's tail goes first
     assert list(bm.free_ids) == [3, 4, 5, 2]  # the unhashed partial block is plain free again
@@ -61,21 +68,13 @@ def test_free_keeps_hashed_blocks_evictable_tail_first_and_a_hit_adopts_them():
 
 def test_hit_leaves_one_token_to_compute():
     """A prompt that is exactly cached still computes its last token (the step needs logits)."""
-    bm = BlockManager(6, BS)
-    a = seq(list(range(8)))
-    bm.match_prefix(a)
-    computed(bm, a, 8)
-    bm.free(a)
+    bm, _ = freed(8)
     again = seq(list(range(8)))
     assert bm.match_prefix(again) == 4 and again.block_table == [0]
 
 
 def test_eviction_is_lru_and_only_after_never_cached_blocks():
-    bm = BlockManager(6, BS)
-    a = seq(list(range(10)))
-    bm.match_prefix(a)
-    computed(bm, a, 10)
-    bm.free(a)  # evictable [1, 0], free [3, 4, 5, 2]
+    bm, _ = freed(10)  # evictable [1, 0], free [3, 4, 5, 2]
     c = seq([50 + i for i in range(20)])
     bm.match_prefix(c)
     assert bm.ensure(c, 20)
