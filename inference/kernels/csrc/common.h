@@ -163,6 +163,25 @@ inline void unpack_k_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
   std::memcpy(mn, w + 2, 8);
 }
 
+// Q6_K (210-byte block of 256): calls f(e, q) for every element e in order, q its 6-bit quant
+// (0..63, before the format's -32 offset): low 4 bits in ql (bytes 0..127), high 2 in qh
+// (bytes 128..191). The 16 int8 scales (bytes 192..207) and the fp16 d (208) are the caller's.
+// The scalar dot kernel and the reference dequantisation both read blocks through this.
+template <class F>
+inline void q6_k_each(const uint8_t* b, F&& f) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  for (int h = 0; h < 2; ++h) {
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        const int lo = c < 2 ? (ql[64 * h + 32 * c + l] & 15) : (ql[64 * h + 32 * (c - 2) + l] >> 4);
+        const int hi = (qh[32 * h + l] >> (2 * c)) & 3;
+        f(128 * h + 32 * c + l, lo | (hi << 4));
+      }
+    }
+  }
+}
+
 // One row dot product: n = elements in the row, w = the row's raw bytes, x = that activation row
 // (float for F32/F16/BF16, XBlock32 / XBlock256 otherwise).
 using DotFn = float (*)(int64_t n, const uint8_t* w, const void* x);

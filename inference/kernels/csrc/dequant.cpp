@@ -91,21 +91,10 @@ bool dequant_row(int t, const uint8_t* w, float* out, int64_t n) {
     case T_Q6_K:
       for (int64_t i = 0; i < n / QKK; ++i) {
         const uint8_t* b = w + 210 * i;
-        const uint8_t* ql = b;
-        const uint8_t* qh = b + 128;
         const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
         const float d = h2f(b + 208);
         float* o = out + QKK * i;
-        for (int h = 0; h < 2; ++h) {
-          for (int c = 0; c < 4; ++c) {
-            for (int l = 0; l < 32; ++l) {
-              const int lo = c < 2 ? (ql[64 * h + 32 * c + l] & 15) : (ql[64 * h + 32 * (c - 2) + l] >> 4);
-              const int hi = (qh[32 * h + l] >> (2 * c)) & 3;
-              const int e = 128 * h + 32 * c + l;
-              o[e] = (d * float(sc[e / 16])) * float((lo | (hi << 4)) - 32);
-            }
-          }
-        }
+        q6_k_each(b, [&](int e, int q) { o[e] = (d * float(sc[e / 16])) * float(q - 32); });
       }
       return true;
     default:

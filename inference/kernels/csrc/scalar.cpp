@@ -195,21 +195,10 @@ float dot_q6_k(int64_t n, const uint8_t* w, const void* xv) {
   float acc = 0.0f;
   for (int64_t i = 0; i < n / QKK; ++i) {
     const uint8_t* b = w + 210 * i;
-    const uint8_t* ql = b;
-    const uint8_t* qh = b + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
     const int8_t* xq = x[i].qs;
     int gs[16] = {0};
-    for (int h = 0; h < 2; ++h) {
-      for (int c = 0; c < 4; ++c) {
-        for (int l = 0; l < 32; ++l) {
-          const int lo = c < 2 ? (ql[64 * h + 32 * c + l] & 15) : (ql[64 * h + 32 * (c - 2) + l] >> 4);
-          const int hi = (qh[32 * h + l] >> (2 * c)) & 3;
-          const int e = 128 * h + 32 * c + l;
-          gs[e / 16] += (lo | (hi << 4)) * xq[e];
-        }
-      }
-    }
+    q6_k_each(b, [&](int e, int q) { gs[e / 16] += q * xq[e]; });
     int sumi = 0;
     for (int g = 0; g < 16; ++g) sumi += sc[g] * (gs[g] - 32 * x[i].bsums[g]);
     acc += h2f(b + 208) * x[i].d * float(sumi);
