@@ -20,13 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DATA = REPO.parent / "shared" / "datasets"
+from bench._common import DATASETS as DATA  # noqa: E402  (sets the offline environment)
 
 
 def passages(dataset: str, n: int, tokenizer, tokens: int) -> list[str]:

@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+import bench._common  # noqa: E402, F401  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
 from inference.layers.gguf_linear import weight_bytes  # noqa: E402
 

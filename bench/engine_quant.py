@@ -17,21 +17,18 @@ import argparse
 import gc
 import json
 import math
-import os
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from bench._common import DATASETS  # noqa: E402  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
 
 CHATS = [
@@ -54,7 +51,7 @@ def mode_args(mode: str) -> dict:
 
 def rag_prompts(tok, n: int, target_tokens: int, seed: int = 0) -> list[list[int]]:
     """Chat-formatted prompts of ~target_tokens: a question, its gold paragraph and distractors."""
-    data = REPO.parent / "shared" / "datasets" / "squad_v2_half"
+    data = DATASETS / "squad_v2_half"
     rng = random.Random(seed)
     if (data / "corpus.jsonl").is_file():
         corpus = {d["_id"]: d["text"] for d in map(json.loads, (data / "corpus.jsonl").read_text().splitlines())}

@@ -13,19 +13,16 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import os
 import sys
 import warnings
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+import bench._common  # noqa: E402, F401  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
 from inference.layers.gguf_linear import weight_bytes  # noqa: E402
 

@@ -18,24 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import DATASETS, agreement, p50_ratios, report  # noqa: E402  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
 from inference.kv_reuse import join_segments  # noqa: E402
 from rag.prompt import DEFAULT_REFUSAL, DEFAULT_SHORT_SYSTEM  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "datasets" / "squad_v2_half"
+DATA = DATASETS / "squad_v2_half"
 
 
 def load(corpus_n: int) -> tuple[list[dict], list[str]]:
@@ -132,15 +128,12 @@ def main() -> None:
     items = workload(args.questions, args.passages, corpus, questions, args.zipf, args.seed)
     base = run(args, False, items, corpus)
     pc = run(args, True, items, corpus)
-    agree = sum(a == b for a, b in zip(base.pop("outputs"), pc.pop("outputs"), strict=True)) / len(items)
+    agree = agreement(base.pop("outputs"), pc.pop("outputs"))
     result = {"model": args.model, "questions": args.questions, "passages": args.passages, "ratio": args.ratio,
-              "ttft_ratio_passage_cache": base["ttft_p50_s"] / pc["ttft_p50_s"],
-              "e2e_ratio_passage_cache": base["e2e_p50_s"] / pc["e2e_p50_s"],
+              **p50_ratios(base, pc, "passage_cache"),
               "passage_cache_hit_rate": pc["passage_cache_hit_rate"], "greedy_agreement": agree,
               "prefix_only": base, "passage_cache": pc}
-    print(json.dumps(result, indent=1))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=1))
+    report(result, args.json_out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ output is identical; `first_token_agreement` too). `--json OUT` writes them.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -30,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kv_reuse import load, prompt  # noqa: E402  (also sets the offline environment)
+from bench._common import agreement, p50_ratios, report  # noqa: E402  (sets the offline environment)
+from bench.kv_reuse import load, prompt  # noqa: E402
 from inference import LLM, SamplingParams  # noqa: E402
 
 
@@ -109,14 +109,11 @@ def main() -> None:
     result = {"model": args.model, "groups": args.groups, "passages": args.passages, "orders": args.orders,
               "cache_reuse": args.cache_reuse,
               "kv_shift_reused_tokens": on["kv_shift_reused_tokens"],
-              "ttft_ratio_cache_reuse": off["ttft_p50_s"] / on["ttft_p50_s"],
-              "e2e_ratio_cache_reuse": off["e2e_p50_s"] / on["e2e_p50_s"],
-              "greedy_agreement": sum(x == y for x, y in zip(a, b, strict=True)) / len(a),
-              "first_token_agreement": sum(x[:1] == y[:1] for x, y in zip(a, b, strict=True)) / len(a),
+              **p50_ratios(off, on, "cache_reuse"),
+              "greedy_agreement": agreement(a, b),
+              "first_token_agreement": agreement([x[:1] for x in a], [y[:1] for y in b]),
               "cache_reuse_off": off, "cache_reuse_on": on}
-    print(json.dumps(result, indent=1))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=1))
+    report(result, args.json_out)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench._common import ROOT  # noqa: E402  (sets the offline environment)
+
 CONVERSATIONS = [
     ("How does the prefix cache work?", "And how do I clear it?"),
     ("What does hybrid retrieval combine?", "How are their results fused?"),

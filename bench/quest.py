@@ -33,14 +33,11 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+import bench._common  # noqa: E402, F401  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
 from inference.cpu_features import cpu_model  # noqa: E402
 from inference.models import llama  # noqa: E402

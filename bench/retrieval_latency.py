@@ -20,12 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._common import DATASETS  # noqa: E402  (sets the offline environment)
 from indexing.store import DocumentStore  # noqa: E402
 from indexing.types import Chunk, Document, content_hash  # noqa: E402
 from retrieval.config import RetrievalConfig  # noqa: E402
@@ -34,7 +32,7 @@ from retrieval.retriever import Retriever  # noqa: E402
 from retrieval.small_to_big import sentence_spans  # noqa: E402
 from retrieval.text import indexed_text  # noqa: E402
 
-DATA = REPO.parent / "shared" / "datasets" / "scifact"
+DATA = DATASETS / "scifact"
 OUT = REPO / "bench" / "out" / "retrieval_latency"
 
 
