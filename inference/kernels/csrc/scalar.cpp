@@ -99,46 +99,21 @@ inline int dot_5bit(const uint8_t* qhp, const uint8_t* qs, const int8_t* x) {
   return s;
 }
 
-float dot_q4_0(int64_t n, const uint8_t* w, const void* xv) {
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 (the template parameters of the SIMD paths' dot32): BB bytes a block,
+// fp16 d, then the fp16 minimum when MIN, the 32 fifth bits when FIVE, then 16 bytes of nibbles.
+// Without a minimum the quants are offset by QOFF (8 or 16), applied through the activation sum.
+template <int BB, int QOFF, bool MIN, bool FIVE>
+float dot32(int64_t n, const uint8_t* w, const void* xv) {
   const auto* x = static_cast<const XBlock32*>(xv);
   float acc = 0.0f;
   for (int64_t i = 0; i < n / QK; ++i) {
-    const uint8_t* b = w + 18 * i;
-    const int s = dot_nibbles(b + 2, x[i].qs) - 8 * x[i].sum;
-    acc += h2f(b) * x[i].d * float(s);
-  }
-  return acc;
-}
-
-float dot_q4_1(int64_t n, const uint8_t* w, const void* xv) {
-  const auto* x = static_cast<const XBlock32*>(xv);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
-    const uint8_t* b = w + 20 * i;
-    const int s = dot_nibbles(b + 4, x[i].qs);
-    acc += h2f(b) * x[i].d * float(s) + h2f(b + 2) * (x[i].d * float(x[i].sum));
-  }
-  return acc;
-}
-
-float dot_q5_0(int64_t n, const uint8_t* w, const void* xv) {
-  const auto* x = static_cast<const XBlock32*>(xv);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
-    const uint8_t* b = w + 22 * i;
-    const int s = dot_5bit(b + 2, b + 6, x[i].qs) - 16 * x[i].sum;
-    acc += h2f(b) * x[i].d * float(s);
-  }
-  return acc;
-}
-
-float dot_q5_1(int64_t n, const uint8_t* w, const void* xv) {
-  const auto* x = static_cast<const XBlock32*>(xv);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n / QK; ++i) {
-    const uint8_t* b = w + 24 * i;
-    const int s = dot_5bit(b + 4, b + 8, x[i].qs);
-    acc += h2f(b) * x[i].d * float(s) + h2f(b + 2) * (x[i].d * float(x[i].sum));
+    const uint8_t* b = w + BB * i;
+    const uint8_t* q = b + (MIN ? 4 : 2);
+    const int s = (FIVE ? dot_5bit(q, q + 4, x[i].qs) : dot_nibbles(q, x[i].qs)) - QOFF * x[i].sum;
+    if (MIN)
+      acc += h2f(b) * x[i].d * float(s) + h2f(b + 2) * (x[i].d * float(x[i].sum));
+    else
+      acc += h2f(b) * x[i].d * float(s);
   }
   return acc;
 }
@@ -248,10 +223,10 @@ void fill_scalar(IsaTable& t) {
   t.dot[T_F32] = dot_f32;
   t.dot[T_F16] = dot_f16;
   t.dot[T_BF16] = dot_bf16;
-  t.dot[T_Q4_0] = dot_q4_0;
-  t.dot[T_Q4_1] = dot_q4_1;
-  t.dot[T_Q5_0] = dot_q5_0;
-  t.dot[T_Q5_1] = dot_q5_1;
+  t.dot[T_Q4_0] = dot32<18, 8, false, false>;
+  t.dot[T_Q4_1] = dot32<20, 0, true, false>;
+  t.dot[T_Q5_0] = dot32<22, 16, false, true>;
+  t.dot[T_Q5_1] = dot32<24, 0, true, true>;
   t.dot[T_Q8_0] = dot_q8_0;
   t.dot[T_Q4_K] = dot_qk45<false>;
   t.dot[T_Q5_K] = dot_qk45<true>;
