@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rag.answer import Answer
+from tests.rag.streaming import collect
 
 
 def _body(text: str) -> str:
@@ -65,13 +65,7 @@ def test_short_answer_cites_one_passage_when_several_hold_the_span(pipeline):
 
 def test_short_answer_streams_exactly_its_final_text(pipeline):
     """Catches a final text (with markers appended) that differs from what was streamed."""
-    deltas, final = [], None
-    for item in pipeline.stream("How long does the XR-300 drone fly?", mode="short"):
-        if isinstance(item, Answer):
-            final = item
-        else:
-            deltas.append(item)
-    assert final is not None
+    deltas, final = collect(pipeline.stream("How long does the XR-300 drone fly?", mode="short"))
     assert "".join(deltas) == final.text
 
 

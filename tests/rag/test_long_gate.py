@@ -14,6 +14,7 @@ from rag.answer import Answer, Passage
 from rag.answering.gate import Gate, states_answer
 from rag.answering.long import LongGrounding
 from rag.answering.policy import Decision
+from tests.rag.streaming import collect
 
 HARBOUR = ("Port Elvra harbour has 64 moorings. Since 2019 the harbour master is Ines Kallio. A mooring costs "
            "18 euros per night, or 26 euros for boats over 12 metres.")
@@ -50,13 +51,7 @@ def _pipe(pipeline):
 
 
 def _stream(pipe, question: str, texts: list[str]) -> tuple[str, Answer]:
-    deltas, final = [], None
-    for item in pipe.stream(question, passages=texts, mode="long"):
-        if isinstance(item, Answer):
-            final = item
-        else:
-            deltas.append(item)
-    assert final is not None
+    deltas, final = collect(pipe.stream(question, passages=texts, mode="long"))
     return "".join(deltas), final
 
 

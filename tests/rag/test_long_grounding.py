@@ -11,6 +11,7 @@ import pytest
 from rag.answer import Answer, Passage
 from rag.answering.long import LongGrounding, key_facts, missing_key_facts
 from rag.citations import split_sentences
+from tests.rag.streaming import collect
 
 HARBOUR = ("Port Elvra harbour has 64 moorings. Since 2019 the harbour master is Ines Kallio. A mooring costs "
            "18 euros per night, or 26 euros for boats over 12 metres.")
@@ -176,13 +177,8 @@ def test_pipeline_long_answer_is_grounded_and_streams_its_final_text(pipeline, q
     """Catches the hook not running (no grounding metadata), a kept sentence with an invented key fact,
     a citation to a passage the text does not name, or a stream that differs from the final answer."""
     texts = [HARBOUR, DRONE]
-    deltas, final = [], None
-    for item in pipeline.stream(question, passages=texts, mode="long"):
-        if isinstance(item, Answer):
-            final = item
-        else:
-            deltas.append(item)
-    assert final is not None and final.grounding["mode"] == "strict"
+    deltas, final = collect(pipeline.stream(question, passages=texts, mode="long"))
+    assert final.grounding["mode"] == "strict"
     assert "".join(deltas) == final.text
     sentences = final.grounding["sentences"]
     assert sentences and sum(final.grounding["counts"].values()) == len(sentences)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answer import Answer
+from tests.rag.streaming import collect
 
 
 def test_cited_source_contains_the_answer(pipeline):
@@ -37,13 +37,8 @@ def test_streaming_concatenation_equals_final_text(pipeline, grounding):
     cfg = pipeline.cfg.model_copy(update={"answer": pipeline.cfg.answer.model_copy(
         update={"long_grounding": grounding})})
     pipe = Pipeline(cfg, store=pipeline.store, generator=pipeline.generator, retriever=pipeline.retriever)
-    deltas, final = [], None
-    for item in pipe.stream("What is the capital city of Quintara?"):
-        if isinstance(item, Answer):
-            final = item
-        else:
-            deltas.append(item)
-    assert final is not None and (len(deltas) > 1 or grounding == "strict")
+    deltas, final = collect(pipe.stream("What is the capital city of Quintara?"))
+    assert len(deltas) > 1 or grounding == "strict"
     assert "".join(deltas) == final.text
 
 

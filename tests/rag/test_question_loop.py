@@ -18,6 +18,7 @@ from rag.chat import ChatTurn
 from rag.config import RagConfig
 from rag.pipeline import Pipeline
 from tests.rag.conftest import serve_in_thread
+from tests.rag.streaming import acollect
 
 # every stage that calls the model before the answer: condensing (a chat turn), the planner's
 # rewrite, a multi-hop follow-up, the LLM reranker and the engine compressor
@@ -103,14 +104,7 @@ def _facts(answer: Answer) -> dict:
 
 
 async def _on_own_loop(pipe: Pipeline, question: str, **kw) -> tuple[list[str], Answer]:
-    deltas, final = [], None
-    async for item in pipe.astream(question, **kw):
-        if isinstance(item, Answer):
-            final = item
-        else:
-            deltas.append(item)
-    assert final is not None
-    return deltas, final
+    return await acollect(pipe.astream(question, **kw))
 
 
 @pytest.mark.parametrize("mode", ["short", "long"])
