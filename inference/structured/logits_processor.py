@@ -2,8 +2,9 @@
 
 Like llama.cpp's `grammar` / `json_schema` fields. The vocabulary is decoded once per tokenizer
 into a character trie; for a given automaton state the allowed tokens are found by walking the
-trie and pruning dead branches. Masks are cached per state, and inside a free string (the
-common case) a precomputed mask of "plain" tokens is reused, so the per-token cost stays small.
+trie and pruning dead branches. Masks are cached per state, and inside a string (the common
+case) a precomputed mask of "plain" tokens (no quote, backslash or control character), cut to
+those whose length fits the string's maxLength, is reused, so the per-token cost stays small.
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ class _Vocab:
                 node = node.setdefault(ch, {})
             node.setdefault(None, []).append(i)
         plain = torch.zeros(n, dtype=torch.bool)
+        plain_len = torch.zeros(n, dtype=torch.int32)  # characters of each plain token
         self.special_ids: list[int] = []
         for i, s in enumerate(self.strings):
             if s is None:
                 continue
             if _SPECIAL.isdisjoint(s):
                 plain[i] = True
+                plain_len[i] = len(s)
             else:
                 self.special_ids.append(i)
         self.plain = plain
+        self.plain_len = plain_len
 
 
 def _utf8(b: bytes | None) -> str | None:
@@ -100,10 +104,16 @@ class JsonSchemaLogitsProcessor:
         if mask is not None:
             return mask
         a = self.automaton
-        if state and state[-1][0] == "S" and self.automaton._schemas[state[-1][1]]["max"] is None \
-                and not state[-1][3]:
-            # Free string: every plain token keeps the state unchanged; check the rest one by one.
-            mask = self.vocab.plain.clone()
+        if state and state[-1][0] == "S" and not state[-1][3]:
+            # Inside a string: a plain token only adds characters, so it is allowed when they fit
+            # the string's maxLength (all of them without one); check the rest one by one. Every
+            # schema the query transforms and triple extraction use bounds its strings, and each
+            # length is another state: walking the trie there cost ~0.4 s per generated token.
+            cap = a._schemas[state[-1][1]]["max"]
+            if cap is None:
+                mask = self.vocab.plain.clone()
+            else:
+                mask = self.vocab.plain & (self.vocab.plain_len <= cap - state[-1][2])
             for tid in self.vocab.special_ids:
                 if a.feed(state, self.vocab.strings[tid]) is not None:
                     mask[tid] = True

@@ -78,6 +78,25 @@ def test_masked_random_decoding_always_parses(tokenizer):
         assert all(len(q) <= 12 for q in out["queries"]) and isinstance(out["ok"], bool)
 
 
+def test_string_masks_equal_feeding_every_token(tokenizer):
+    """The in-string fast path (plain tokens cut to the room left under maxLength) against the
+    reference: feeding every vocabulary token to the automaton. Bug: a token longer than the room
+    left allowed (an over-long string, then a dead state), one that fits refused, or a quote /
+    escape token mishandled."""
+    schema = {"type": "object", "properties": {"q": {"type": "array", "items": {"type": "string", "maxLength": 10}},
+                                               "free": {"type": "string"}}}
+    proc = JsonSchemaLogitsProcessor(schema, tokenizer)
+    a, vocab = proc.automaton, proc.vocab
+    states = [a.feed(a.start, '{"q":["'), a.feed(a.start, '{"q":["abcdefg'), a.feed(a.start, '{"q":["abcdefghij'),
+              a.feed(a.start, '{"q":["ab","cd'), a.feed(a.start, '{"q":[],"free":"abc')]
+    for state in states:
+        assert state is not None and state[-1][0] == "S"
+        ref = torch.tensor([s is not None and a.feed(state, s) is not None for s in vocab.strings])
+        got = proc.allowed(state)
+        assert torch.equal(got, ref), (state, int((got != ref).sum()))
+    assert int(proc.allowed(states[2]).sum()) < int(proc.allowed(states[0]).sum())  # the cap bites
+
+
 def test_eos_only_when_complete(tokenizer):
     proc = JsonSchemaLogitsProcessor({"type": "array", "items": {"type": "integer"}}, tokenizer)
     prefix = tokenizer.encode("[1,2", add_special_tokens=False)
