@@ -12,6 +12,10 @@ request before timing. Reports TTFT and end-to-end p50 of each, their ratios
 (`ttft_ratio_passage_cache`, `e2e_ratio_passage_cache`: prefix-only / passage cache, higher is
 better), `passage_cache_hit_rate` over the timed questions and `greedy_agreement` (identical
 outputs). `--json OUT` writes them.
+
+`--cold` skips the warm-up: the passage cache starts empty and fills as the workload runs (what a
+server sees before `rag index --warm-kv`), so a passage's first use is a miss; with
+`--miss-compute alone|prompt` (`passage_cache.miss_compute`) that measures what a miss costs.
 """
 
 from __future__ import annotations
@@ -76,14 +80,15 @@ def prompt(tok, q: str, chosen: list[int], corpus: list[dict], max_chars: int):
 def run(args, passage_cache: bool, items, corpus) -> dict:
     engine_args = {"model": args.model, "max_model_len": 4096, "kv_cache_memory": 2.0}
     if passage_cache:
-        engine_args["passage_cache"] = {"enabled": True, "max_gb": args.max_gb, "recompute_ratio": args.ratio}
+        engine_args["passage_cache"] = {"enabled": True, "max_gb": args.max_gb, "recompute_ratio": args.ratio,
+                                        "miss_compute": args.miss_compute}
     llm = LLM(**engine_args)
     tok = llm.tokenizer
     prompts = [prompt(tok, q, chosen, corpus, args.max_chars) for q, chosen in items]
     one = SamplingParams(temperature=0.0, max_tokens=1)
     head = prompts[0][0][:prompts[0][1][0][0]]  # the template before the first passage
     llm.generate([head], one)  # caches the system prompt alone (a whole prompt would be a prefix hit later)
-    if passage_cache:  # warm the passage cache: every distinct passage once
+    if passage_cache and not args.cold:  # warm the passage cache: every distinct passage once
         seen: set[int] = set()
         for q, chosen in items:
             for i in chosen:
@@ -103,11 +108,13 @@ def run(args, passage_cache: bool, items, corpus) -> dict:
     after = llm.stats()
     hits = after["passage_cache_hits"] - before["passage_cache_hits"]
     misses = after.get("passage_cache_misses", 0) - before.get("passage_cache_misses", 0)
-    return {"ttft_p50_s": statistics.median(ttft), "e2e_p50_s": statistics.median(e2e), "outputs": outs,
+    return {"ttft_p50_s": statistics.median(ttft), "e2e_p50_s": statistics.median(e2e), "e2e_total_s": sum(e2e),
+            "outputs": outs,
             "prompt_tokens_mean": statistics.mean(len(p[0]) for p in prompts),
             "passage_cache_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
             "recomputed_tokens": after["recomputed_tokens"] - before["recomputed_tokens"],
-            "passage_cache_tokens_reused": after["passage_cache_tokens_reused"] - before["passage_cache_tokens_reused"]}
+            "passage_cache_tokens_reused": after["passage_cache_tokens_reused"] - before["passage_cache_tokens_reused"],
+            "passage_prefix_hits": after.get("passage_prefix_hits", 0) - before.get("passage_prefix_hits", 0)}
 
 
 def main() -> None:
@@ -122,6 +129,9 @@ def main() -> None:
     ap.add_argument("--ratio", type=float, default=0.15, help="passage_cache.recompute_ratio")
     ap.add_argument("--max-gb", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cold", action="store_true", help="no warm-up: the passage cache starts empty")
+    ap.add_argument("--miss-compute", choices=["prompt", "alone"], default="prompt",
+                    help="passage_cache.miss_compute: a miss computed in the prompt's prefill or apart")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     corpus, questions = load(args.corpus)
@@ -130,6 +140,7 @@ def main() -> None:
     pc = run(args, True, items, corpus)
     agree = agreement(base.pop("outputs"), pc.pop("outputs"))
     result = {"model": args.model, "questions": args.questions, "passages": args.passages, "ratio": args.ratio,
+              "warm": not args.cold, "miss_compute": args.miss_compute,
               **p50_ratios(base, pc, "passage_cache"),
               "passage_cache_hit_rate": pc["passage_cache_hit_rate"], "greedy_agreement": agree,
               "prefix_only": base, "passage_cache": pc}

@@ -21,6 +21,13 @@ class PassageCacheConfig(BaseModel):
     passage tokens (those whose K/V on `check_layer`, 0-based, deviate most from a full prefill)
     are recomputed on the later layers: 1.0 is a full prefill, 0 pure reuse. `disk_path` keeps
     one keyed file per passage (write-through), read back after a restart.
+
+    `miss_compute` says how a passage that is not cached yet gets its K/V: `prompt` (default)
+    computes it inside the request's own prefill, exact for that request and no dearer than a
+    plain prefill, and stores it re-rotated to the position after the prefix (a passage that was
+    not first keeps what it attended to of its neighbours there); `alone` computes it in an extra
+    forward on its own after the prefix (K/V independent of neighbours, the request then blends
+    it like a hit: costlier on a cold cache).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -30,6 +37,7 @@ class PassageCacheConfig(BaseModel):
     disk_path: str | None = None
     recompute_ratio: float = Field(0.15, ge=0.0, le=1.0)
     check_layer: int = Field(1, ge=0)
+    miss_compute: Literal["prompt", "alone"] = "prompt"
 
 
 class SparseAttentionConfig(BaseModel):

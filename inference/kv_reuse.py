@@ -5,10 +5,13 @@ at different positions, after different neighbours. Prefix caching only serves a
 prefix, so this module reuses K/V wherever it is in the prompt:
 
 * **passage cache** (`passage_cache`): a request's `passage_spans` mark prompt token ranges that
-  are passages. Each passage's K/V is computed once on its own, right after the prompt's prefix
-  (the template tokens before the first passage, from the prefix cache), and kept in the pool's
-  passage region (`PassageStore`). On reuse it is copied to its position in the new prompt with K
-  re-rotated by the position delta (`RotaryEmbedding.shift_keys`: exact for post-RoPE keys).
+  are passages. Each passage's K/V is computed once and kept in the pool's passage region
+  (`PassageStore`) as if it stood right after the prompt's prefix (the template tokens before the
+  first passage). A miss is computed inside the request's own prefill (`miss_compute: prompt`, so
+  a cold cache costs what a plain prefill costs) and stored with K re-rotated to that position,
+  or on its own after the prefix in an extra forward (`miss_compute: alone`). On reuse it is copied
+  to its position in the new prompt with K re-rotated by the position delta
+  (`RotaryEmbedding.shift_keys`: exact for post-RoPE keys).
 * **KV shifting** (`cache_reuse: N`, llama.cpp's --cache-reuse): runs of >= N tokens of the new
   prompt that sit in cached prefix blocks at another position (`BlockManager.find_runs`) are copied
   the same way.
@@ -81,11 +84,16 @@ class KVReuse:
         self.cache_reuse = config.cache_reuse
         self.recompute_ratio = pc.recompute_ratio if pc.enabled else 0.0
         self.check_layer = pc.check_layer
+        self.miss_inline = pc.miss_compute == "prompt"
         self.hits = 0
         self.misses = 0
         self.tokens_reused = 0
         self.recomputed_tokens = 0
         self.shift_reused_tokens = 0
+        # passages a prefix-cache hit reaches into (a miss computed in a prompt's prefill leaves
+        # exact blocks the prefix cache serves to the next prompt with the same text before it)
+        self.prefix_served = 0
+        self.prefix_served_tokens = 0
 
     # ---- planning -----------------------------------------------------------------------
     def _spans(self, seq: Sequence, start: int, end: int) -> list[tuple[int, int]]:
@@ -106,6 +114,12 @@ class KVReuse:
     def wants(self, seq: Sequence) -> bool:
         """Scheduler hook, after the prefix-cache match: can this prompt reuse shifted K/V?"""
         start, end = seq.num_computed_tokens, len(seq.token_ids) - 1
+        if self.store is not None and not seq.passages_counted:
+            seq.passages_counted = True  # `wants` is asked again when admission has to wait
+            # a passage the hit reaches into: at most its last partial block is computed again
+            served = [(s, min(e, start)) for s, e in seq.passage_spans if s < start and e - s >= MIN_PASSAGE_TOKENS]
+            self.prefix_served += len(served)
+            self.prefix_served_tokens += sum(e - s for s, e in served)
         spans = self._spans(seq, start, end)
         if spans:
             return True
@@ -120,11 +134,14 @@ class KVReuse:
         spans = self._spans(seq, h, end)
         start = h
         segments: list[Segment] = []
+        pending: list[tuple[Entry, int, int]] = []
         if spans:
             prefix = spans[0][0]
-            self._forward_range(seq, slots, h, prefix)  # the template before the passages, exact
-            start = prefix
-            segments += self._passages(seq, slots, prefix, spans)
+            if not self.miss_inline:  # misses are computed after the template: it must be there first
+                self._forward_range(seq, slots, h, prefix)
+                start = prefix
+            pid, found, pending = self._passages(seq, slots, prefix, spans)
+            segments += found
         if self.cache_reuse:
             taken = sorted((s.dst, s.dst + s.n) for s in segments)
             for r in self.bm.find_runs(seq.token_ids, self._gaps(start, end, taken), self.cache_reuse):
@@ -134,6 +151,8 @@ class KVReuse:
                 self.shift_reused_tokens += n
         self._place(slots, segments)
         self._blend(seq, slots, start, end, segments)
+        if pending:
+            self._store_inline(seq, slots, spans[0][0], pid, pending)
         if segments:  # the blend overwrote placed K in place: QUEST's running bounds would only widen
             self.runner.refresh_bounds(seq.block_table, h, end)
         seq.num_computed_tokens = end
@@ -142,8 +161,10 @@ class KVReuse:
         self.bm.commit(seq, h)
 
     def _passages(self, seq: Sequence, slots: torch.Tensor, prefix: int, spans: list[tuple[int, int]]
-                  ) -> list[Segment]:
-        """Cached passages as segments; missing ones computed on their own (one forward) and stored."""
+                  ) -> tuple[bytes, list[Segment], list[tuple[Entry, int, int]]]:
+        """(prefix id, cached passages as segments, misses to store from this prompt's prefill).
+        With `miss_compute: alone` the misses are computed on their own (one forward), stored and
+        returned as segments instead."""
         store = self.store
         assert store is not None
         pid = store.prefix_id(seq.token_ids[:prefix])
@@ -157,27 +178,43 @@ class KVReuse:
                     found[k] = entry
                     self.hits += 1
                     self.tokens_reused += e - s
-        missing: list[tuple[bytes, Entry, int, int]] = []
+        missing: list[tuple[Entry, int, int]] = []
+        new: set[bytes] = set()
         for k, (s, e) in zip(keys, spans, strict=True):
-            if k in found:
+            if k in found or k in new:
                 continue
             self.misses += 1
             entry = store.allocate(k, e - s, pinned)
             if entry is None:
                 continue  # cannot fit: those tokens are simply computed in the blend
-            found[k] = entry
-            missing.append((k, entry, s, e))
-        if missing:
+            new.add(k)
+            missing.append((entry, s, e))
+        if missing and not self.miss_inline:
             ctx_slots = slots[:prefix]
-            groups = []
-            for _k, entry, s, e in missing:
-                groups.append((seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
-                               torch.cat([ctx_slots, entry.slots])))
-            self._run_groups(groups)
-            for _k, entry, s, e in missing:
+            self._run_groups([(seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
+                               torch.cat([ctx_slots, entry.slots])) for entry, s, e in missing])
+            for entry, s, e in missing:
                 store.save(entry, pid, seq.token_ids[s:e])
-        return [Segment(s, e - s, found[k].slots, prefix, "passage")
-                for k, (s, e) in zip(keys, spans, strict=True) if k in found]
+                found[entry.key] = entry
+            missing = []
+        segments = [Segment(s, e - s, found[k].slots, prefix, "passage")
+                    for k, (s, e) in zip(keys, spans, strict=True) if k in found]
+        return pid, segments, missing
+
+    def _store_inline(self, seq: Sequence, slots: torch.Tensor, prefix: int, pid: bytes,
+                      pending: list[tuple[Entry, int, int]]) -> None:
+        """Copy the K/V this prefill computed for the missed passages into their entries, K rotated
+        back to the position right after the prefix (where a hit expects it)."""
+        assert self.store is not None
+        src = torch.cat([slots[s:e] for _, s, e in pending])
+        dst = torch.cat([entry.slots for entry, _, _ in pending])
+        delta = torch.cat([torch.full((e - s,), prefix - s, dtype=torch.long) for _, s, e in pending])
+        delta = delta.to(slots.device)
+        for cache in self.runner.caches:
+            k, v = cache.gather_slots(src)
+            cache.write(dst, self.rotary.shift_keys(k, delta), v)
+        for entry, s, e in pending:
+            self.store.save(entry, pid, seq.token_ids[s:e])
 
     def _place(self, slots: torch.Tensor, segments: list[Segment]) -> None:
         """Copy every segment's K/V into the sequence's slots, K re-rotated by the position delta."""
@@ -273,7 +310,8 @@ class KVReuse:
     def stats(self) -> dict:
         out = {"passage_cache_hits": self.hits, "passage_cache_misses": self.misses,
                "passage_cache_tokens_reused": self.tokens_reused, "recomputed_tokens": self.recomputed_tokens,
-               "kv_shift_reused_tokens": self.shift_reused_tokens}
+               "kv_shift_reused_tokens": self.shift_reused_tokens,
+               "passage_prefix_hits": self.prefix_served, "passage_prefix_tokens": self.prefix_served_tokens}
         if self.store is not None:
             out.update({"passage_cache_entries": len(self.store.entries),
                         "passage_cache_blocks_used": self.store.num_used,

@@ -1,6 +1,7 @@
 """The passage KV cache's storage: a region of the paged pool with its own LRU, plus keyed files.
 
-An entry is the K/V (every layer) of one passage computed on its own after the prompt's prefix,
+An entry is the K/V (every layer) of one passage as it stands right after the prompt's prefix
+(computed there, or at its place in a prompt with K rotated back: `passage_cache.miss_compute`),
 keyed by (model signature, prefix tokens, passage tokens): the prefix is the template part of the
 prompt before the first passage, so the same passage under another system prompt or another model
 is another key. The region's blocks are never the BlockManager's, so a full passage cache cannot

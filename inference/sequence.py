@@ -64,6 +64,7 @@ class Sequence:
         self.needs_shift = False
         # prompt token ranges [start, end) that are retrieved passages (the passage KV cache)
         self.passage_spans: list[tuple[int, int]] = []
+        self.passages_counted = False  # KVReuse: prefix-cache-served passages counted once
         # K/V from this position on is approximate (reused at a shifted position): such blocks are
         # never registered in the prefix cache, whose hits must equal a full prefill. None: exact
         self.hash_limit: int | None = None

@@ -60,6 +60,7 @@ def fresh(pc_llm):
     pc_llm.engine.kv_reuse.recompute_ratio = 0.15
     yield pc_llm
     pc_llm.engine.kv_reuse.recompute_ratio = 0.15
+    pc_llm.engine.kv_reuse.miss_inline = True
 
 
 def _greedy(n: int = 12, **kw) -> SamplingParams:
@@ -168,6 +169,53 @@ def test_reused_kv_never_enters_the_prefix_cache(fresh):
     again = fresh.generate([ids], _greedy())[0]
     assert fresh.stats()["prefix_cache_hits"] - hits <= spans[0][0]
     assert again.token_ids == ref.token_ids
+
+
+def test_a_miss_is_computed_in_the_prompt_prefill_and_stored_after_the_prefix(fresh):
+    """miss_compute: prompt (the default). A cold cache must answer exactly as a plain prefill and
+    store both passages; the second one, computed at its prompt position, must be stored K-rotated
+    back to the position right after the prefix, where `alone` computes it. Bug: a cold request
+    paying an extra forward or answering differently, misses not stored, or K stored unrotated."""
+    eng = fresh.engine
+    kr, tok = eng.kv_reuse, fresh.tokenizer
+    store = kr.store
+    ids, spans = rag_prompt(tok, [0, 3])
+    prefix = spans[0][0]
+
+    def forget_files():
+        for s, e in spans:
+            store.file_for(ids[:prefix], ids[s:e]).unlink(missing_ok=True)
+        fresh.clear_passage_cache()
+        fresh.clear_prefix_cache()
+
+    def stored_keys():
+        s, e = spans[1]
+        entry = store.entries[store.key(store.prefix_id(ids[:prefix]), ids[s:e])]
+        return [eng.runner.caches[li].gather_slots(entry.slots)[0].clone() for li in (0, 5)]
+
+    ref = _reference(fresh, ids, logprobs=5)
+    forget_files()
+    before = fresh.stats()
+    out = fresh.generate([ids], _greedy(logprobs=5), passage_spans=[spans])[0]
+    after = fresh.stats()
+    assert out.token_ids == ref.token_ids
+    first, first_ref = out.outputs[0].logprobs[0], ref.outputs[0].logprobs[0]
+    assert all(abs(first[t] - first_ref[t]) < 1e-4 for t in first_ref)
+    assert after["passage_cache_misses"] - before["passage_cache_misses"] == 2
+    assert after["passage_cache_hits"] == before["passage_cache_hits"]
+    assert after["passage_cache_entries"] == 2
+    inline = stored_keys()
+    forget_files()
+    kr.miss_inline = False
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    alone = stored_keys()
+    assert torch.allclose(inline[0], alone[0], atol=1e-4)  # layer 0: token and position only
+    assert not torch.allclose(inline[1], alone[1], atol=1e-3)  # deeper: it attended to passage 0
+    # and the stored entry is what a hit reuses: the next request finds both
+    fresh.clear_prefix_cache()
+    hits = fresh.stats()["passage_cache_hits"]
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    assert fresh.stats()["passage_cache_hits"] == hits + 2
 
 
 def test_lru_budget_is_enforced(fresh):
