@@ -49,6 +49,29 @@ def test_index_search_docs_delete_round_trip(workdir):
     assert rag("docs", "delete", "no-such-doc", *common).returncode == 1
 
 
+def test_the_command_line_and_bm25_search_do_not_import_torch(workdir):
+    """Bug caught: an eager import on the config path (`inference/__init__` pulled the engine, hence
+    torch, into every config model) costing every command ~1.4 s before it did anything, `rag
+    --help` and a BM25-only `rag search` included."""
+    probe = ("import sys, runpy; sys.argv = ['rag'] + sys.argv[1:]\n"
+             "try:\n    runpy.run_module('rag', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    docs = workdir / "torchless"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Alpha\n\nThe alpha reactor runs on thorium salts.\n")
+    common = ["--set", f"storage.path={workdir / 'st'}", "--set", "retrieval.mode=bm25"]
+    index = subprocess.run([sys.executable, "-m", "rag", "index", str(docs), "--no-progress", *common],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert index.returncode == 0, index.stderr
+    for args in (["--help"], ["search", "thorium reactor", *common]):
+        r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert r.stdout.strip().endswith("NO-TORCH"), (args, r.stdout[-500:], r.stderr[-2000:])
+        if args[0] == "search":
+            assert "Alpha" in r.stdout
+
+
 def test_chunk_preview_and_config_errors(workdir):
     r = rag("chunk", str(workdir / "docs" / "a.md"), "--json")
     chunks = json.loads(r.stdout)
