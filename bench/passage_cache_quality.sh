@@ -9,12 +9,14 @@
 # --set generator.engine.passage_cache.recompute_ratio=R] --json --answers`; each JSON's `engine`
 # block shows the cache was really used (hits, reused and recomputed tokens). A run whose JSON
 # exists is not run again (resumable; delete the file to redo it). The cache starts empty in every
-# run, so a passage's first use is a miss, but a miss is computed alone and then blended like a hit:
-# every passage of every answer goes through the reuse path.
+# run, so a passage's first use is a miss: with MISS=prompt (`passage_cache.miss_compute`, the
+# default) it is computed in its prompt's own prefill and stored from there; with MISS=alone it is
+# computed apart and then blended like a hit (every passage of every answer through the reuse path).
+# Runs of another MISS are kept in their own folder.
 #
 # Environment (defaults in brackets):
 #   MODEL [qwen2.5-1.5b]  DATA [../shared/datasets]  N_SQUAD [100]  N_DRCD [40]
-#   RATIOS ["0 0.05 0.15 0.30"]  SETS ["squad drcd"]  OUT [bench/out/passage_cache_quality]
+#   RATIOS ["0 0.05 0.15 0.30"]  SETS ["squad drcd"]  MISS [prompt]  OUT [bench/out/passage_cache_quality]
 #   EXTRA: more `rag eval qa` arguments for every run, e.g. "--set storage.path=/tmp/pcq"
 # Smoke: MODEL=smollm2 N_SQUAD=3 N_DRCD=3 RATIOS=0.15 OUT=/tmp/pcq EXTRA="--set storage.path=/tmp/pcq/st --set retrieval.mode=bm25" bench/passage_cache_quality.sh
 set -euo pipefail
@@ -28,11 +30,13 @@ RATIOS=${RATIOS:-"0 0.05 0.15 0.30"}
 SETS=${SETS:-"squad drcd"}
 OUT=${OUT:-bench/out/passage_cache_quality}
 EXTRA=${EXTRA:-}
+MISS=${MISS:-prompt}
 RAG=${RAG:-.venv/bin/rag}
 [ -x "$RAG" ] || RAG=rag
 PY=${PY:-.venv/bin/python}
 [ -x "$PY" ] || PY=python
 DIR="$OUT/$MODEL"
+[ "$MISS" = prompt ] || DIR="$OUT/$MODEL-miss-$MISS"
 mkdir -p "$DIR"
 
 run() {  # set dataset n name [--set ...]
@@ -60,7 +64,8 @@ for set in $SETS; do
   run "$set" "$ds" "$n" off --set generator.engine.passage_cache.enabled=false
   for r in $RATIOS; do
     run "$set" "$ds" "$n" "r$r" --set generator.engine.passage_cache.enabled=true \
-      --set "generator.engine.passage_cache.recompute_ratio=$r"
+      --set "generator.engine.passage_cache.recompute_ratio=$r" \
+      --set "generator.engine.passage_cache.miss_compute=$MISS"
   done
 done
 
