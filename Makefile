@@ -52,7 +52,7 @@ demo: install
 
 test: install browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --durations=25
 
 # Headless Chromium for the chat-page test (Debian packages); the test skips with a reason without them.
 browser:
