@@ -206,13 +206,9 @@ class KVReuse:
         """Copy the K/V this prefill computed for the missed passages into their entries, K rotated
         back to the position right after the prefix (where a hit expects it)."""
         assert self.store is not None
-        src = torch.cat([slots[s:e] for _, s, e in pending])
-        dst = torch.cat([entry.slots for entry, _, _ in pending])
-        delta = torch.cat([torch.full((e - s,), prefix - s, dtype=torch.long) for _, s, e in pending])
-        delta = delta.to(slots.device)
-        for cache in self.runner.caches:
-            k, v = cache.gather_slots(src)
-            cache.write(dst, self.rotary.shift_keys(k, delta), v)
+        self._copy_rotated(torch.cat([slots[s:e] for _, s, e in pending]),
+                           torch.cat([entry.slots for entry, _, _ in pending]),
+                           torch.cat([torch.full((e - s,), prefix - s, dtype=torch.long) for _, s, e in pending]))
         for entry, s, e in pending:
             self.store.save(entry, pid, seq.token_ids[s:e])
 
@@ -220,10 +216,13 @@ class KVReuse:
         """Copy every segment's K/V into the sequence's slots, K re-rotated by the position delta."""
         if not segments:
             return
-        dev = slots.device
-        src = torch.cat([s.src_slots for s in segments])
-        dst = torch.cat([slots[s.dst:s.dst + s.n] for s in segments])
-        delta = torch.cat([torch.full((s.n,), s.dst - s.src_pos, dtype=torch.long) for s in segments]).to(dev)
+        self._copy_rotated(torch.cat([s.src_slots for s in segments]),
+                           torch.cat([slots[s.dst:s.dst + s.n] for s in segments]),
+                           torch.cat([torch.full((s.n,), s.dst - s.src_pos, dtype=torch.long) for s in segments]))
+
+    def _copy_rotated(self, src: torch.Tensor, dst: torch.Tensor, delta: torch.Tensor) -> None:
+        """K/V of pool slots `src` into slots `dst` on every layer, K rotated by `delta` positions."""
+        delta = delta.to(src.device)
         for cache in self.runner.caches:
             k, v = cache.gather_slots(src)
             cache.write(dst, self.rotary.shift_keys(k, delta), v)

@@ -260,7 +260,8 @@ class LLMEngine:
             "prompt_tokens": self.total_prompt_tokens,
             "generation_tokens": self.total_generated_tokens,
             "passage_cache_hits": 0, "passage_cache_tokens_reused": 0, "recomputed_tokens": 0,
-            "kv_shift_reused_tokens": 0, "passage_cache_bytes": self.passage_cache_bytes,
+            "kv_shift_reused_tokens": 0, "passage_prefix_hits": 0, "passage_prefix_tokens": 0,
+            "passage_cache_bytes": self.passage_cache_bytes,
             **(self.kv_reuse.stats() if self.kv_reuse is not None else {}),
             # QUEST: KV blocks (per decode token, sparse layer and KV head) not read / that dense would read
             "sparse_blocks_skipped": self.runner.sparse_blocks_skipped,
