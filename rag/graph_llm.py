@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from retrieval.config import GraphConfig
-from retrieval.triples import INSTRUCTION, SCHEMA
+from retrieval.triples import EXAMPLE, INSTRUCTION, SCHEMA
 
 _SYSTEM = "You extract structured facts from text for a knowledge graph. Reply only in the format asked."
 _SUMMARY = ("Below are names that occur together in a document collection and passages that mention them. "
@@ -42,8 +42,13 @@ class EngineGraphLLM:
             self._gen = self._make()
         return self._gen
 
-    def _prompt(self, system: str, user: str) -> str:
-        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    def _prompt(self, system: str, user: str, example: tuple[str, str] | None = None) -> str:
+        """Chat prompt; `example` (user, assistant) goes in as an earlier exchange, so it is part
+        of the shared, prefix-cached head."""
+        msgs = [{"role": "system", "content": system}]
+        if example is not None:
+            msgs += [{"role": "user", "content": example[0]}, {"role": "assistant", "content": example[1]}]
+        msgs.append({"role": "user", "content": user})
         return self.generator.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
     def _generate(self, prompts: list[str], schema: dict[str, Any] | None) -> list[str]:
@@ -63,9 +68,9 @@ class EngineGraphLLM:
         return [o.text.strip() for o in gen.generate(prompts, params)]
 
     def triples(self, chunks: Sequence[tuple[str, str]]) -> list[str]:
-        system = f"{_SYSTEM}\n\n{INSTRUCTION}"  # the shared prefix of every extraction prompt
-        prompts = [self._prompt(system, (f"Title: {title}\n" if title else "") + f"Passage: {text}")
-                   for title, text in chunks]
+        system = f"{_SYSTEM}\n\n{INSTRUCTION}"  # with the example: the shared prefix of every prompt
+        example = (_passage(EXAMPLE[0], EXAMPLE[1]), EXAMPLE[2])
+        prompts = [self._prompt(system, _passage(title, text), example) for title, text in chunks]
         return self._generate(prompts, SCHEMA)
 
     def summaries(self, communities: Sequence[tuple[list[str], list[str]]]) -> list[str]:
@@ -77,6 +82,10 @@ class EngineGraphLLM:
         if self._gen is not None:
             self._gen.close()
             self._gen = None
+
+
+def _passage(title: str, text: str) -> str:
+    return (f"Title: {title}\n" if title else "") + f"Passage: {text}"
 
 
 def _ids(eos: Any) -> list[int]:

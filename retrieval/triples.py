@@ -3,7 +3,11 @@
 Why here and not beside the engine call (rag/graph_llm.py): the graph decides what a valid reply
 is, and retrieval cannot import the engine. The reply is JSON constrained by `SCHEMA` (the engine
 masks every token outside it), short on purpose: small models write a few (head, relation, tail)
-objects well and long free-form lists badly. A reply that still does not parse (cut at the token
+objects well and long free-form lists badly. At least one triple is asked for: offered an empty
+list, the packaged 0.5B model replied `{"triples":[]}` to every passage (docs/results.md). The
+price of forcing one is that a model may name what the passage does not say, so a triple whose
+head or tail is not written in the passage is dropped (`parse_triples(..., passage=)`): a chunk of
+numbers or code still yields no entity. A reply that still does not parse (cut at the token
 limit, another backend ignoring the schema, an engine error) makes `parse_triples` return None:
 the chunk keeps its other entities, the graph counts the reply (`skipped_replies`) and the ingest
 goes on.
@@ -20,7 +24,7 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "triples": {
-            "type": "array", "maxItems": MAX_TRIPLES,
+            "type": "array", "minItems": 1, "maxItems": MAX_TRIPLES,
             "items": {"type": "object", "properties": {
                 "head": {"type": "string", "maxLength": 48},
                 "relation": {"type": "string", "maxLength": 32},
@@ -32,15 +36,27 @@ SCHEMA = {
 INSTRUCTION = (
     "Extract facts from the passage as (head, relation, tail) triples. head and tail are names of "
     "people, places, organisations, works or things named in the passage; relation is a short verb "
-    'phrase. Reply as JSON: {"triples": [{"head": "...", "relation": "...", "tail": "..."}]}. '
-    'Reply {"triples": []} when the passage names nothing.'
+    'phrase. Copy head and tail exactly as the passage writes them. Reply as JSON: '
+    '{"triples": [{"head": "...", "relation": "...", "tail": "..."}]}.'
+)
+# one worked example, given as an earlier exchange (title, passage, reply): part of the fixed,
+# prefix-cached head of every extraction prompt
+EXAMPLE = (
+    "Lake Orla",
+    "Lake Orla is a reservoir in Albania built by the engineer Petro Nika in 1962. Its dam feeds the Drin River.",
+    '{"triples":[{"head":"Lake Orla","relation":"is a reservoir in","tail":"Albania"},'
+    '{"head":"Petro Nika","relation":"built","tail":"Lake Orla"},'
+    '{"head":"Lake Orla","relation":"feeds","tail":"Drin River"}]}',
 )
 
 
-def parse_triples(reply: str, max_words: int = 6) -> list[tuple[str, str, str]] | None:
+def parse_triples(reply: str, max_words: int = 6, passage: str | None = None) -> list[tuple[str, str, str]] | None:
     """(head, relation, tail) surface forms of a reply; None when the reply is not valid output
     (not JSON of the schema's shape). Items whose head or tail is no entity (empty, a number,
-    longer than `max_words` words) are dropped; an empty list is a valid "nothing here"."""
+    longer than `max_words` words) are dropped, and with `passage` (the chunk's title and text)
+    so are those whose head or tail the passage does not write (compared as entity keys, whole
+    words); an empty list is a valid "nothing here"."""
+    written = f" {normalize(passage)} " if passage is not None else None
     try:
         data = json.loads(reply)
     except (TypeError, ValueError):
@@ -54,6 +70,8 @@ def parse_triples(reply: str, max_words: int = 6) -> list[tuple[str, str, str]] 
         h, r, t = (" ".join(str(item.get(f, "")).split()) for f in ("head", "relation", "tail"))
         if not (h and t) or not _entity(h, max_words) or not _entity(t, max_words) or normalize(h) == normalize(t):
             continue
+        if written is not None and not (f" {normalize(h)} " in written and f" {normalize(t)} " in written):
+            continue  # named by the model, not by the passage
         out.append((h, r.lower() or "related to", t))
     return out
 

@@ -50,7 +50,7 @@ class GraphState:
             ents = extract("", title, self.cfg.max_words)  # the title is how other chunks cite this one
         triples: list[Triple] = []
         if reply is not None:
-            parsed = parse_triples(reply, self.cfg.max_words)
+            parsed = parse_triples(reply, self.cfg.max_words, passage=f"{title}\n{text}")
             if parsed is None:
                 self.skipped_replies += 1
             else:

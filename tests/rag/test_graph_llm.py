@@ -52,6 +52,22 @@ def test_parser_accepts_the_format_and_rejects_garbage():
         assert parse_triples(bad) is None
 
 
+def test_parser_drops_triples_the_passage_does_not_write():
+    """Catches: a forced triple (the schema asks for at least one) naming what the passage never
+    says (an invented tail, a word matched inside another word) entering the graph, and a respelled
+    name (case, possessive, leading article) being dropped although the passage writes it."""
+    passage = "Curie's Lab\nThe University of Paris hired Marie Curie. Warsawian students visited."
+    reply = ('{"triples": [{"head": "Marie Curie", "relation": "worked at", "tail": "university of Paris"}, '
+             '{"head": "Marie Curie", "relation": "born in", "tail": "Warsaw"}, '
+             '{"head": "Curie", "relation": "owns", "tail": "Lab"}, '
+             '{"head": "Marie Curie", "relation": "won", "tail": "Nobel Prize"}]}')
+    assert parse_triples(reply, passage=passage) == [("Marie Curie", "worked at", "university of Paris"),
+                                                     ("Curie", "owns", "Lab")]
+    assert len(parse_triples(reply)) == 4  # without the passage nothing is checked
+    assert parse_triples('{"triples": [{"head": "Pi", "relation": "is", "tail": "Number"}]}',
+                         passage="3.14159 2.71828 1.41421") == []
+
+
 def test_smollm2_triples_batched_parsed_and_become_relations(pipeline, tmp_path):
     gen = pipeline.generator
     cfg = GraphConfig.model_validate(LLM_CFG["graph"])
