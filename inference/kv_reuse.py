@@ -9,7 +9,11 @@ prefix, so this module reuses K/V wherever it is in the prompt:
   (`PassageStore`) as if it stood right after the prompt's prefix (the template tokens before the
   first passage). A miss is computed inside the request's own prefill (`miss_compute: prompt`, so
   a cold cache costs what a plain prefill costs) and stored with K re-rotated to that position,
-  or on its own after the prefix in an extra forward (`miss_compute: alone`). On reuse it is copied
+  or on its own after the prefix in an extra forward (`miss_compute: alone`). A prompt none of
+  whose passages is cached (and with no shifted run) is not a reuse prompt at all: it takes the
+  plain prefill path, chunked and batched with the other requests (an answer's per-passage checks
+  arrive together), and its passages are stored once that prefill has computed them
+  (`store_computed`, after the step, before any sequence finishes). On reuse it is copied
   to its position in the new prompt with K re-rotated by the position delta
   (`RotaryEmbedding.shift_keys`: exact for post-RoPE keys).
 * **KV shifting** (`cache_reuse: N`, llama.cpp's --cache-reuse): runs of >= N tokens of the new
@@ -94,6 +98,7 @@ class KVReuse:
         # exact blocks the prefix cache serves to the next prompt with the same text before it)
         self.prefix_served = 0
         self.prefix_served_tokens = 0
+        self.reuse_prefills = 0  # prompts computed by `prefill` (the others took the plain path)
 
     # ---- planning -----------------------------------------------------------------------
     def _spans(self, seq: Sequence, start: int, end: int) -> list[tuple[int, int]]:
@@ -121,15 +126,61 @@ class KVReuse:
             self.prefix_served += len(served)
             self.prefix_served_tokens += sum(e - s for s, e in served)
         spans = self._spans(seq, start, end)
-        if spans:
+        seq.passages_to_store = []
+        if self.cache_reuse and self.bm.find_runs(seq.token_ids, [(start, end)], self.cache_reuse):
             return True
-        return bool(self.cache_reuse) and bool(self.bm.find_runs(seq.token_ids, [(start, end)], self.cache_reuse))
+        if not spans:
+            return False
+        if not self.miss_inline or self._any_cached(seq, spans):
+            return True
+        seq.passages_to_store = spans  # every passage a miss: a plain prefill, stored after it
+        return False
+
+    def _any_cached(self, seq: Sequence, spans: list[tuple[int, int]]) -> bool:
+        """Is any of these passages in the store (memory, or a file under disk_path)?"""
+        store = self.store
+        assert store is not None
+        pid = store.prefix_id(seq.token_ids[:spans[0][0]])
+        for s, e in spans:
+            if store.key(pid, seq.token_ids[s:e]) in store.entries:
+                return True
+            if store.disk is not None and store.file_for(seq.token_ids[:spans[0][0]], seq.token_ids[s:e]).exists():
+                return True
+        return False
+
+    def store_computed(self, seqs: list[Sequence]) -> None:
+        """After a step: store the passages of plain prefills that have now computed them all (exact
+        K/V, rotated back to the position right after the prefix, as an inline miss is stored). A
+        passage another request stored meanwhile is left as it is; one that cannot fit is not kept."""
+        for seq in seqs:
+            spans = seq.passages_to_store
+            if not spans or seq.num_computed_tokens < spans[-1][1]:
+                continue
+            seq.passages_to_store = []
+            store = self.store
+            assert store is not None
+            prefix = spans[0][0]
+            pid = store.prefix_id(seq.token_ids[:prefix])
+            keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
+            pinned = set(keys)
+            pending: list[tuple[Entry, int, int]] = []
+            for k, (s, e) in zip(keys, spans, strict=True):
+                if k in store.entries or any(p.key == k for p, _, _ in pending):
+                    continue
+                self.misses += 1
+                entry = store.allocate(k, e - s, pinned)
+                if entry is not None:
+                    pending.append((entry, s, e))
+            if pending:
+                slots = self.runner.slots_of(seq.block_table, 0, spans[-1][1]).to(self.runner.device)
+                self._store_inline(seq, slots, prefix, pid, pending)
 
     # ---- the prefill --------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, seq: Sequence) -> None:
         """Compute K/V of prompt[num_computed:-1] into the sequence's blocks, reusing what can be."""
         h, end = seq.num_computed_tokens, len(seq.token_ids) - 1
+        self.reuse_prefills += 1
         slots = self.runner.slots_of(seq.block_table, 0, end).to(self.runner.device)
         spans = self._spans(seq, h, end)
         start = h

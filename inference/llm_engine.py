@@ -228,6 +228,8 @@ class LLMEngine:
             self.kv_reuse.prefill(seq)
         out = self.runner.run(batch)
         self.scheduler.commit(batch)
+        if self.kv_reuse is not None:  # plain prefills whose passages are now computed: store them
+            self.kv_reuse.store_computed(batch.seqs)
         self._track_kv()
         return self.output.postprocess(batch, out)
 

@@ -65,6 +65,9 @@ class Sequence:
         # prompt token ranges [start, end) that are retrieved passages (the passage KV cache)
         self.passage_spans: list[tuple[int, int]] = []
         self.passages_counted = False  # KVReuse: prefix-cache-served passages counted once
+        # KVReuse: passages a plain (batched, chunked) prefill computes, to store once it has: a
+        # prompt none of whose passages is cached needs no reuse pass of its own
+        self.passages_to_store: list[tuple[int, int]] = []
         # K/V from this position on is approximate (reused at a shifted position): such blocks are
         # never registered in the prefix cache, whose hits must equal a full prefill. None: exact
         self.hash_limit: int | None = None
@@ -100,6 +103,7 @@ class Sequence:
         self.block_hashes = []
         self.num_hashed_blocks = 0
         self.passage_spans = []  # positions moved: the spans no longer describe the prompt
+        self.passages_to_store = []
         self.num_shifts += 1
         return discard
 

@@ -218,6 +218,52 @@ def test_a_miss_is_computed_in_the_prompt_prefill_and_stored_after_the_prefix(fr
     assert fresh.stats()["passage_cache_hits"] == hits + 2
 
 
+def test_a_prompt_with_no_cached_passage_takes_the_plain_batched_prefill(fresh):
+    """Two cold prompts sent together: neither gets a reuse pass of its own (they prefill in the
+    normal batch, as with the cache off), both answer exactly as a plain prefill, and all four
+    passages are stored once computed, so a prompt reordering two of them hits both. Bug: a cold
+    prompt paying a separate, unbatched pass; passages of the plain path never stored, or stored
+    from blocks not yet computed (the hit would then answer from garbage)."""
+    kr, tok, store = fresh.engine.kv_reuse, fresh.tokenizer, fresh.engine.kv_reuse.store
+    prompts = [rag_prompt(tok, [0, 3]), rag_prompt(tok, [1, 4])]
+    for ids, spans in prompts:
+        for s, e in spans:
+            store.file_for(ids[:spans[0][0]], ids[s:e]).unlink(missing_ok=True)
+    refs = [_reference(fresh, ids) for ids, _ in prompts]
+    fresh.clear_passage_cache()
+    before, n_reuse = fresh.stats(), kr.reuse_prefills
+    outs = fresh.generate([ids for ids, _ in prompts], _greedy(), passage_spans=[sp for _, sp in prompts])
+    after = fresh.stats()
+    assert [o.token_ids for o in outs] == [r.token_ids for r in refs]
+    assert kr.reuse_prefills == n_reuse
+    assert after["passage_cache_entries"] == 4
+    assert after["passage_cache_misses"] - before["passage_cache_misses"] == 4
+    b_ids, b_spans = prompts[1]
+
+    def stored_k0() -> torch.Tensor:  # layer-0 K of prompt b's second passage, as stored
+        s, e = b_spans[1]
+        entry = store.entries[store.key(store.prefix_id(b_ids[:b_spans[0][0]]), b_ids[s:e])]
+        return fresh.engine.runner.caches[0].gather_slots(entry.slots)[0].clone()
+
+    plain = stored_k0()
+    ids, spans = rag_prompt(tok, [4, 1])  # prompt b's passages, reordered
+    ref = _reference(fresh, ids, 1)
+    kr.recompute_ratio = 0.0  # pure reuse: the answer reads the stored K/V as it is
+    out = fresh.generate([ids], _greedy(1), passage_spans=[spans])[0]
+    assert fresh.stats()["passage_cache_hits"] - after["passage_cache_hits"] == 2
+    assert kr.reuse_prefills == n_reuse + 1
+    assert out.token_ids[0] == ref.token_ids[0]
+    # layer 0 depends on token and position only: the stored K equals the one `alone` computes
+    # right after the prefix, so it was read from computed blocks and rotated back
+    fresh.clear_passage_cache()
+    fresh.clear_prefix_cache()
+    for s, e in b_spans:
+        store.file_for(b_ids[:b_spans[0][0]], b_ids[s:e]).unlink(missing_ok=True)
+    kr.miss_inline = False
+    fresh.generate([b_ids], _greedy(1), passage_spans=[b_spans])
+    assert torch.allclose(plain, stored_k0(), atol=1e-4)
+
+
 def test_lru_budget_is_enforced(fresh):
     """Six passages of two blocks each into a ten-block region: the least recently used go, the
     region never overflows. Bug: no eviction (unbounded memory) or evicting the most recent."""
