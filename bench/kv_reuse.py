@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._common import DATASETS, agreement, p50_ratios, report  # noqa: E402  (sets the offline environment)
 from inference import LLM, SamplingParams  # noqa: E402
+from inference.config import PassageCacheConfig  # noqa: E402
 from inference.kv_reuse import join_segments  # noqa: E402
 from rag.prompt import DEFAULT_REFUSAL, DEFAULT_SHORT_SYSTEM  # noqa: E402
 
@@ -126,7 +127,8 @@ def main() -> None:
     ap.add_argument("--zipf", type=float, default=1.0)
     ap.add_argument("--max-chars", type=int, default=600, help="each passage is cut to this many characters")
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--ratio", type=float, default=0.15, help="passage_cache.recompute_ratio")
+    ap.add_argument("--ratio", type=float, default=PassageCacheConfig().recompute_ratio,
+                    help="passage_cache.recompute_ratio (default: the engine's)")
     ap.add_argument("--max-gb", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cold", action="store_true", help="no warm-up: the passage cache starts empty")
