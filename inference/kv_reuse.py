@@ -106,6 +106,14 @@ class KVReuse:
             return []
         return [(s, e) for s, e in seq.passage_spans if s >= start and e <= end and e - s >= MIN_PASSAGE_TOKENS]
 
+    @staticmethod
+    def _template(seq: Sequence) -> int:
+        """Where the prompt's first passage starts: the tokens before it (system prompt, template)
+        key every passage of the prompt, and a stored passage's K sits right after them. Not the
+        first passage still to compute: when the prefix cache serves the first passages (the exact
+        blocks a plain prefill left), the others must keep the key they were stored under."""
+        return next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)
+
     def _gaps(self, start: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         out, at = [], start
         for s, e in spans:
@@ -140,11 +148,12 @@ class KVReuse:
         """Is any of these passages in the store (memory, or a file under disk_path)?"""
         store = self.store
         assert store is not None
-        pid = store.prefix_id(seq.token_ids[:spans[0][0]])
+        head = seq.token_ids[:self._template(seq)]
+        pid = store.prefix_id(head)
         for s, e in spans:
             if store.key(pid, seq.token_ids[s:e]) in store.entries:
                 return True
-            if store.disk is not None and store.file_for(seq.token_ids[:spans[0][0]], seq.token_ids[s:e]).exists():
+            if store.disk is not None and store.file_for(head, seq.token_ids[s:e]).exists():
                 return True
         return False
 
@@ -159,7 +168,7 @@ class KVReuse:
             seq.passages_to_store = []
             store = self.store
             assert store is not None
-            prefix = spans[0][0]
+            prefix = self._template(seq)
             pid = store.prefix_id(seq.token_ids[:prefix])
             keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
             pinned = set(keys)
@@ -191,7 +200,7 @@ class KVReuse:
             if not self.miss_inline:  # misses are computed after the template: it must be there first
                 self._forward_range(seq, slots, h, prefix)
                 start = prefix
-            pid, found, pending = self._passages(seq, slots, prefix, spans)
+            pid, found, pending = self._passages(seq, slots, self._template(seq), spans)
             segments += found
         if self.cache_reuse:
             taken = sorted((s.dst, s.dst + s.n) for s in segments)
@@ -203,7 +212,7 @@ class KVReuse:
         self._place(slots, segments)
         self._blend(seq, slots, start, end, segments)
         if pending:
-            self._store_inline(seq, slots, spans[0][0], pid, pending)
+            self._store_inline(seq, slots, self._template(seq), pid, pending)
         if segments:  # the blend overwrote placed K in place: QUEST's running bounds would only widen
             self.runner.refresh_bounds(seq.block_table, h, end)
         seq.num_computed_tokens = end

@@ -264,6 +264,29 @@ def test_a_prompt_with_no_cached_passage_takes_the_plain_batched_prefill(fresh):
     assert torch.allclose(plain, stored_k0(), atol=1e-4)
 
 
+def test_passages_after_a_prefix_served_one_keep_their_key(fresh):
+    """Two one-passage prompts store passages 0 and 1 (plain prefills: their exact blocks also
+    enter the prefix cache); the prompt [0, 1] then gets passage 0 from the prefix cache and must
+    still find passage 1 in the passage cache. Bug: keys taken from the prompt up to the first
+    passage still to compute, so every passage after a prefix-served one missed (the warm hit rate
+    of bench/kv_reuse.py fell from 1.0 to 0.12)."""
+    tok, store = fresh.tokenizer, fresh.engine.kv_reuse.store
+    for i in (0, 1):
+        ids, spans = rag_prompt(tok, [i])
+        store.file_for(ids[:spans[0][0]], ids[spans[0][0]:spans[0][1]]).unlink(missing_ok=True)
+    fresh.clear_passage_cache()
+    for i in (0, 1):
+        ids, spans = rag_prompt(tok, [i])
+        fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    before = fresh.stats()
+    ids, spans = rag_prompt(tok, [0, 1])
+    fresh.generate([ids], _greedy(1), passage_spans=[spans])
+    after = fresh.stats()
+    assert after["passage_prefix_hits"] - before["passage_prefix_hits"] == 1  # passage 0
+    assert after["passage_cache_hits"] - before["passage_cache_hits"] == 1  # passage 1
+    assert after["passage_cache_misses"] == before["passage_cache_misses"]
+
+
 def test_lru_budget_is_enforced(fresh):
     """Six passages of two blocks each into a ten-block region: the least recently used go, the
     region never overflows. Bug: no eviction (unbounded memory) or evicting the most recent."""
