@@ -34,6 +34,7 @@ blocks are never registered in the prefix cache (`Sequence.hash_limit`).
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 
 import torch
@@ -171,15 +172,7 @@ class KVReuse:
             prefix = self._template(seq)
             pid = store.prefix_id(seq.token_ids[:prefix])
             keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
-            pinned = set(keys)
-            pending: list[tuple[Entry, int, int]] = []
-            for k, (s, e) in zip(keys, spans, strict=True):
-                if k in store.entries or any(p.key == k for p, _, _ in pending):
-                    continue
-                self.misses += 1
-                entry = store.allocate(k, e - s, pinned)
-                if entry is not None:
-                    pending.append((entry, s, e))
+            pending = self._allocate_misses(keys, spans, store.entries)
             if pending:
                 slots = self.runner.slots_of(seq.block_table, 0, spans[-1][1]).to(self.runner.device)
                 self._store_inline(seq, slots, prefix, pid, pending)
@@ -238,17 +231,7 @@ class KVReuse:
                     found[k] = entry
                     self.hits += 1
                     self.tokens_reused += e - s
-        missing: list[tuple[Entry, int, int]] = []
-        new: set[bytes] = set()
-        for k, (s, e) in zip(keys, spans, strict=True):
-            if k in found or k in new:
-                continue
-            self.misses += 1
-            entry = store.allocate(k, e - s, pinned)
-            if entry is None:
-                continue  # cannot fit: those tokens are simply computed in the blend
-            new.add(k)
-            missing.append((entry, s, e))
+        missing = self._allocate_misses(keys, spans, found)
         if missing and not self.miss_inline:
             ctx_slots = slots[:prefix]
             self._run_groups([(seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
@@ -260,6 +243,25 @@ class KVReuse:
         segments = [Segment(s, e - s, found[k].slots, prefix, "passage")
                     for k, (s, e) in zip(keys, spans, strict=True) if k in found]
         return pid, segments, missing
+
+    def _allocate_misses(self, keys: list[bytes], spans: list[tuple[int, int]], have: Container[bytes]
+                         ) -> list[tuple[Entry, int, int]]:
+        """Store entries for the passages whose key is not in `have`, each key once, counted as
+        misses; one that cannot fit gets none (its tokens are simply computed, not kept)."""
+        store = self.store
+        assert store is not None
+        pinned = set(keys)
+        out: list[tuple[Entry, int, int]] = []
+        new: set[bytes] = set()
+        for k, (s, e) in zip(keys, spans, strict=True):
+            if k in have or k in new:
+                continue
+            self.misses += 1
+            entry = store.allocate(k, e - s, pinned)
+            if entry is not None:
+                new.add(k)
+                out.append((entry, s, e))
+        return out
 
     def _store_inline(self, seq: Sequence, slots: torch.Tensor, prefix: int, pid: bytes,
                       pending: list[tuple[Entry, int, int]]) -> None:
