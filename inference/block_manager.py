@@ -6,6 +6,14 @@ Blocks nobody uses but that hold a cached prefix stay reusable until the allocat
 never-cached blocks and evicts them least-recently-used first. Shared blocks that a sequence must
 write into (the partial last block after an n>1 fork) are copied first (copy-on-write).
 
+Blocks whose K/V was reused at a shifted position (`Sequence.hash_limit`, see
+`inference.kv_reuse`) are not what a full prefill computes, so an exact prompt must never hit
+them. They are registered on a salted branch of the chain instead: the first such block's hash is
+taken from its parent's hash mixed with the sequence's `reuse_salt` (the engine's reuse settings
+and the prompt's passage spans). A later request with the same salt, i.e. one that would itself be
+blended the same way (the per-passage candidate decodes of one short answer resubmit the same
+prompt), matches them; any other request cannot.
+
 With `track_content` (engine `cache_reuse`), cached blocks are also indexed by their own tokens,
 unchained, so `find_runs` can find a cached run of blocks at another position of a new prompt
 (llama.cpp's --cache-reuse); their K/V is then copied there re-rotated, never shared.
@@ -37,6 +45,11 @@ def block_hash(parent: bytes | None, tokens) -> bytes:
         h.update(parent)
     h.update(np.asarray(tokens, dtype=np.int64).tobytes())
     return h.digest()
+
+
+def salted(parent: bytes | None, salt: bytes) -> bytes:
+    """The parent hash a block starting a salted (blended) branch of the chain is hashed from."""
+    return hashlib.blake2b((parent or b"") + b"\x00blend\x00" + salt, digest_size=16).digest()
 
 
 class Block:
@@ -127,7 +140,8 @@ class BlockManager:
     # ---- sequence lifecycle -----------------------------------------------------------
     def match_prefix(self, seq: Sequence) -> int:
         """On admission: adopt cached blocks for the longest cached prefix. At least one token is
-        left to compute so the step produces logits. Returns the number of tokens reused."""
+        left to compute so the step produces logits. Returns the number of tokens reused. With a
+        `reuse_salt`, a block missing from the exact chain may continue on its salted branch."""
         assert not seq.block_table and seq.num_computed_tokens == 0
         if not self.caching:
             return 0
@@ -136,9 +150,10 @@ class BlockManager:
         hashes: list[bytes] = []
         for i in range((len(seq.token_ids) - 1) // bs):
             tokens = seq.token_ids[i * bs:(i + 1) * bs]
-            h = block_hash(parent, tokens)
-            bid = self.hash_to_block.get(h)
-            if bid is None or self.blocks[bid].token_ids != tuple(tokens):
+            bid = self._cached(h := block_hash(parent, tokens), tokens)
+            if bid is None and seq.reuse_salt is not None:
+                bid = self._cached(h := block_hash(salted(parent, seq.reuse_salt), tokens), tokens)
+            if bid is None:
                 break
             self._ref(self.blocks[bid])
             seq.block_table.append(bid)
@@ -148,6 +163,10 @@ class BlockManager:
         seq.num_hashed_blocks = len(hashes)
         seq.num_computed_tokens = len(hashes) * bs
         return seq.num_computed_tokens
+
+    def _cached(self, h: bytes, tokens) -> int | None:
+        bid = self.hash_to_block.get(h)
+        return bid if bid is not None and self.blocks[bid].token_ids == tuple(tokens) else None
 
     def is_cached(self, first_block_tokens: list[int]) -> bool:
         """Is a block holding exactly these leading tokens in the prefix cache?"""
@@ -189,7 +208,8 @@ class BlockManager:
 
     def commit(self, seq: Sequence, prev_computed: int) -> None:
         """After a step computed tokens [prev_computed, num_computed): update fill levels and
-        register newly completed blocks in the prefix cache."""
+        register newly completed blocks in the prefix cache (from `hash_limit` on, on the salted
+        branch; without a salt not at all)."""
         bs = self.block_size
         done = seq.num_computed_tokens
         for i in range(prev_computed // bs, -(-done // bs)):
@@ -200,10 +220,13 @@ class BlockManager:
         if not self.caching:
             return
         hashes = seq.block_hashes
-        exact = done if seq.hash_limit is None else min(done, seq.hash_limit)
-        for i in range(seq.num_hashed_blocks, exact // bs):
+        limit, salt = seq.hash_limit, seq.reuse_salt
+        upto = done if limit is None or salt is not None else min(done, limit)
+        branch = limit // bs if limit is not None else -1  # the first block holding reused K/V
+        for i in range(seq.num_hashed_blocks, upto // bs):
             tokens = seq.token_ids[i * bs:(i + 1) * bs]
-            h = block_hash(hashes[i - 1] if i else None, tokens)
+            parent = hashes[i - 1] if i else None
+            h = block_hash(salted(parent, salt) if i == branch and salt is not None else parent, tokens)
             if len(hashes) > i:
                 hashes[i] = h
             else:
@@ -211,7 +234,7 @@ class BlockManager:
             b = self.blocks[seq.block_table[i]]
             if h not in self.hash_to_block and b.hash is None:
                 self._register(b, h, hashes[i - 1] if i else None, tokens)
-        seq.num_hashed_blocks = max(seq.num_hashed_blocks, exact // bs)
+        seq.num_hashed_blocks = max(seq.num_hashed_blocks, upto // bs)
 
     def free(self, seq: Sequence) -> None:
         """Release every block of `seq` (finish, abort or preemption). Reverse order so a
@@ -233,6 +256,7 @@ class BlockManager:
         child.block_hashes = list(parent.block_hashes)
         child.num_hashed_blocks = parent.num_hashed_blocks
         child.hash_limit = parent.hash_limit
+        child.reuse_salt = parent.reuse_salt
 
     def take_zeroes(self) -> list[int]:
         out, self.pending_zero = self.pending_zero, []

@@ -28,11 +28,16 @@ K/V. Tokens that are not reused (the template between passages, the question) ar
 computed. Ratio 1.0 is a full prefill, ratio 0 pure reuse (no check pass). Shifted runs are
 blended with the passage cache's ratio when the passage cache is enabled, else reused as they are
 (llama.cpp's behaviour). K/V from the first reused token on differs from a full prefill, so those
-blocks are never registered in the prefix cache (`Sequence.hash_limit`).
+blocks never serve an exact prompt from the prefix cache (`Sequence.hash_limit`): they are
+registered on a salted branch of the chain (`salt`: these settings and the prompt's passage
+spans), which only a request that would be blended the same way matches. So the same prompt
+submitted again (the k per-passage candidate decodes of a short answer) is a prefix-cache hit, not
+k reuse passes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Container
 from dataclasses import dataclass
@@ -102,6 +107,12 @@ class KVReuse:
         self.reuse_prefills = 0  # prompts computed by `prefill` (the others took the plain path)
 
     # ---- planning -----------------------------------------------------------------------
+    def salt(self, passage_spans: list[tuple[int, int]]) -> bytes:
+        """What blended K/V depends on besides the tokens: the spans and how they are blended."""
+        spec = (f"{self.recompute_ratio}|{self.check_layer}|{self.cache_reuse}|{self.miss_inline}|"
+                f"{self.store is not None}|{sorted(passage_spans)}")
+        return hashlib.blake2b(spec.encode(), digest_size=16).digest()
+
     def _spans(self, seq: Sequence, start: int, end: int) -> list[tuple[int, int]]:
         if self.store is None:
             return []
@@ -372,7 +383,8 @@ class KVReuse:
         out = {"passage_cache_hits": self.hits, "passage_cache_misses": self.misses,
                "passage_cache_tokens_reused": self.tokens_reused, "recomputed_tokens": self.recomputed_tokens,
                "kv_shift_reused_tokens": self.shift_reused_tokens,
-               "passage_prefix_hits": self.prefix_served, "passage_prefix_tokens": self.prefix_served_tokens}
+               "passage_prefix_hits": self.prefix_served, "passage_prefix_tokens": self.prefix_served_tokens,
+               "reuse_prefills": self.reuse_prefills}
         if self.store is not None:
             out.update({"passage_cache_entries": len(self.store.entries),
                         "passage_cache_blocks_used": self.store.num_used,

@@ -178,6 +178,8 @@ class LLMEngine:
                        arrival_time=arrival_time if arrival_time is not None else time.monotonic())
         if passage_spans:
             seq.passage_spans = _check_spans(passage_spans, len(ids))
+        if self.kv_reuse is not None and params.prompt_logprobs is None:  # prompt log-probs must be exact
+            seq.reuse_salt = self.kv_reuse.salt(seq.passage_spans)
         self._seed(seq)
         return RequestState(request_id, text, seq, self.tokenizer, self.eos_token_ids, self.max_model_len)
 
@@ -263,6 +265,7 @@ class LLMEngine:
             "generation_tokens": self.total_generated_tokens,
             "passage_cache_hits": 0, "passage_cache_tokens_reused": 0, "recomputed_tokens": 0,
             "kv_shift_reused_tokens": 0, "passage_prefix_hits": 0, "passage_prefix_tokens": 0,
+            "reuse_prefills": 0,
             "passage_cache_bytes": self.passage_cache_bytes,
             **(self.kv_reuse.stats() if self.kv_reuse is not None else {}),
             # QUEST: KV blocks (per decode token, sparse layer and KV head) not read / that dense would read

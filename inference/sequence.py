@@ -69,8 +69,12 @@ class Sequence:
         # prompt none of whose passages is cached needs no reuse pass of its own
         self.passages_to_store: list[tuple[int, int]] = []
         # K/V from this position on is approximate (reused at a shifted position): such blocks are
-        # never registered in the prefix cache, whose hits must equal a full prefill. None: exact
+        # registered only on the salted branch of the prefix chain, never where an exact prompt
+        # could hit them. None: exact
         self.hash_limit: int | None = None
+        # KVReuse.salt of this request (reuse settings + passage spans): the salted branch it may
+        # match and register on; None: exact prefix-cache hits only
+        self.reuse_salt: bytes | None = None
         self.text = ""  # detokenised output so far
         self.emitted_text_len = 0
 
@@ -104,6 +108,7 @@ class Sequence:
         self.num_hashed_blocks = 0
         self.passage_spans = []  # positions moved: the spans no longer describe the prompt
         self.passages_to_store = []
+        self.reuse_salt = None  # recomputed in full: exact blocks only
         self.num_shifts += 1
         return discard
 

@@ -171,6 +171,26 @@ def test_reused_kv_never_enters_the_prefix_cache(fresh):
     assert again.token_ids == ref.token_ids
 
 
+def test_the_same_blended_prompt_again_is_a_prefix_cache_hit(fresh):
+    """The per-passage candidate decodes of a short answer submit one blended prompt k times. Bug:
+    each paid its own reuse pass (blended blocks kept out of the prefix cache altogether), or the
+    hit served K/V other than what the first request computed (its answer would differ)."""
+    tok = fresh.tokenizer
+    ids, spans = rag_prompt(tok, [1, 0, 2])
+    fresh.generate([rag_prompt(tok, [0, 1, 2])[0]], _greedy(1), passage_spans=[rag_prompt(tok, [0, 1, 2])[1]])
+    fresh.engine.kv_reuse.recompute_ratio = 0.0
+    fresh.clear_prefix_cache()
+    s0 = fresh.stats()
+    first = fresh.generate([ids], _greedy(), passage_spans=[spans])[0]
+    s1 = fresh.stats()
+    assert s1["reuse_prefills"] - s0["reuse_prefills"] == 1 and s1["passage_cache_hits"] - s0["passage_cache_hits"] == 3
+    second = fresh.generate([ids], _greedy(), passage_spans=[spans])[0]
+    s2 = fresh.stats()
+    assert s2["reuse_prefills"] == s1["reuse_prefills"] and s2["passage_cache_hits"] == s1["passage_cache_hits"]
+    assert s2["prefix_cache_hits"] - s1["prefix_cache_hits"] >= len(ids) - 16
+    assert second.token_ids == first.token_ids
+
+
 def test_a_miss_is_computed_in_the_prompt_prefill_and_stored_after_the_prefix(fresh):
     """miss_compute: prompt (the default). A cold cache must answer exactly as a plain prefill and
     store both passages; the second one, computed at its prompt position, must be stored K-rotated

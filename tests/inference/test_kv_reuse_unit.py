@@ -50,6 +50,37 @@ def test_reused_kv_is_not_registered_in_the_prefix_cache():
     assert bm.match_prefix(again) == BS
 
 
+def test_reused_kv_is_registered_on_a_salted_branch_only_its_own_salt_matches():
+    """Bug: blended blocks served to an exact prompt (no salt) or to a prompt blended another way
+    (other spans or settings); or the same blended prompt resubmitted recomputed instead of hit."""
+    bm = BlockManager(16, BS)
+    s = seq("a", list(range(12)))
+    s.hash_limit, s.reuse_salt = 5, b"spans-1"
+    computed(bm, s)
+    assert bm.num_cached == 3  # block 0 exact, blocks 1-2 on the salted branch
+    bm.free(s)
+    tokens = list(range(12)) + [1]
+    assert bm.match_prefix(seq("exact", tokens)) == BS
+    other = seq("other", tokens)
+    other.reuse_salt = b"spans-2"
+    assert bm.match_prefix(other) == BS
+    same = seq("same", tokens)
+    same.reuse_salt = b"spans-1"
+    assert bm.match_prefix(same) == 12
+    # what the salted prompt computes after the hit chains on from the salted branch
+    for t in (7, 8, 9):
+        same.append(t)
+    assert bm.ensure(same, 4)
+    same.num_computed_tokens = 16
+    bm.commit(same, 12)
+    bm.free(same)
+    longer = seq("longer", tokens + [7, 8, 9, 10])
+    assert bm.match_prefix(longer) == BS  # unsalted: still only the exact block
+    longer2 = seq("longer2", tokens + [7, 8, 9, 10])
+    longer2.reuse_salt = b"spans-1"
+    assert bm.match_prefix(longer2) == 16
+
+
 def test_scheduler_admits_a_reuse_sequence_whole_with_its_last_token_in_the_batch():
     """Bug: the reuse pass chunked (it is one pass), or prev_computed not saying the pass computed
     prompt[:-1] (the commit would skip or double-count tokens)."""
