@@ -122,7 +122,7 @@ def answer_fn(pipe: Pipeline, mode: str | None = None, filters: dict[str, dict[s
 # Engine counters of K/V reuse (`inference.LLMEngine.stats`) a QA run reports as deltas over the run.
 ENGINE_COUNTERS = ("prompt_tokens", "prefix_cache_hits", "passage_cache_hits", "passage_cache_misses",
                    "passage_cache_disk_hits", "passage_cache_tokens_reused", "recomputed_tokens",
-                   "kv_shift_reused_tokens", "passage_prefix_hits", "passage_prefix_tokens")
+                   "kv_shift_reused_tokens", "passage_prefix_hits", "passage_prefix_tokens", "reuse_prefills")
 
 
 def engine_counters(pipe: Pipeline) -> dict[str, float]:

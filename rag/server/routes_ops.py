@@ -64,7 +64,7 @@ async def cache(request: Request, top: int = Query(10, ge=1, le=100)):
     keys = ("kv_blocks_total", "kv_blocks_used", "kv_blocks_cached", "kv_blocks_cached_free", "kv_blocks_free",
             "prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate", "prefix_cache_evictions",
             "running", "waiting", "preemptions", "passage_cache_hits", "passage_cache_tokens_reused",
-            "recomputed_tokens", "kv_shift_reused_tokens", "passage_prefix_hits", "passage_prefix_tokens",
+            "recomputed_tokens", "kv_shift_reused_tokens", "passage_prefix_hits", "passage_prefix_tokens", "reuse_prefills",
             # QUEST (sparse_attention): KV blocks decode skipped / that dense attention would have read
             "sparse_blocks_skipped", "sparse_blocks_considered")
     return {**{k: stats.get(k) for k in keys}, "top_prefixes": gen.cached_prefixes(top)}
