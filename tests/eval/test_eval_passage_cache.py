@@ -37,12 +37,14 @@ def test_eval_qa_with_the_passage_cache_reports_the_engines_reuse(tmp_path, caps
     printed = capsys.readouterr().out
     assert rc == 0
     engine = json.loads(out.read_text())["engine"]
-    # BM25 gives each question its own paragraph: a miss for the answer prompt and for the passage
-    # check (another template) the first time; then the answer check reuses the passage check's
-    # entry, and the timed first question (the warm-up's again) reuses all three
-    assert engine["passage_cache_hits"] >= 3 + 3 and engine["passage_cache_misses"] >= 3, engine
-    assert engine["passage_cache_tokens_reused"] > 0 and engine["recomputed_tokens"] > 0, engine
-    assert 0 < engine["passage_cache_hit_rate"] < 1
+    # BM25 gives each question its own paragraph: a miss for the answer prompt and one for the passage
+    # check (another template), each computed alone and blended (`alone`: a reuse pass each, and the
+    # 0.15 recompute); the answer check shares the passage check's blocks through its passage and
+    # the timed first question repeats the warm-up's prompts, so both are prefix-cache hits on the
+    # blended (salted) branch, not new lookups
+    assert engine["passage_cache_misses"] >= 3 and engine["reuse_prefills"] >= 3, engine
+    assert engine["recomputed_tokens"] > 0 and engine["passage_prefix_hits"] >= 3, engine
+    assert "passage_cache_hit_rate" in engine
     assert engine["kv_shift_reused_tokens"] == 0
     assert "engine set: " in printed and "passage_cache_hits" in printed
 
