@@ -165,6 +165,7 @@ class BlockManager:
         return seq.num_computed_tokens
 
     def _cached(self, h: bytes, tokens) -> int | None:
+        """The cached block under hash `h`, if it really holds `tokens` (hits are verified)."""
         bid = self.hash_to_block.get(h)
         return bid if bid is not None and self.blocks[bid].token_ids == tuple(tokens) else None
 
@@ -172,8 +173,7 @@ class BlockManager:
         """Is a block holding exactly these leading tokens in the prefix cache?"""
         if len(first_block_tokens) < self.block_size:
             return False
-        bid = self.hash_to_block.get(block_hash(None, first_block_tokens))
-        return bid is not None and self.blocks[bid].token_ids == tuple(first_block_tokens)
+        return self._cached(block_hash(None, first_block_tokens), first_block_tokens) is not None
 
     def record_query(self, num_prompt_tokens: int, num_hit: int) -> None:
         self.query_tokens += num_prompt_tokens

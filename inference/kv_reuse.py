@@ -204,7 +204,8 @@ class KVReuse:
             if not self.miss_inline:  # misses are computed after the template: it must be there first
                 self._forward_range(seq, slots, h, prefix)
                 start = prefix
-            pid, found, pending = self._passages(seq, slots, self._template(seq), spans)
+            tpl = self._template(seq)
+            pid, found, pending = self._passages(seq, slots, tpl, spans)
             segments += found
         if self.cache_reuse:
             taken = sorted((s.dst, s.dst + s.n) for s in segments)
@@ -216,7 +217,7 @@ class KVReuse:
         self._place(slots, segments)
         self._blend(seq, slots, start, end, segments)
         if pending:
-            self._store_inline(seq, slots, self._template(seq), pid, pending)
+            self._store_inline(seq, slots, tpl, pid, pending)
         if segments:  # the blend overwrote placed K in place: QUEST's running bounds would only widen
             self.runner.refresh_bounds(seq.block_table, h, end)
         seq.num_computed_tokens = end
