@@ -126,6 +126,23 @@ def set_gemm_min_rows(rows: int) -> int:
     return int(torch.ops.ragk.set_gemm_min_rows(int(rows)))
 
 
+def has_xgemm(qtype: int) -> bool:
+    """Whether the active path has the small-M GEMM for this type (x86_xgemm.inc)."""
+    _require()
+    return bool(torch.ops.ragk.has_xgemm(qtype))
+
+
+def set_xgemm_rows(lo: int, hi: int) -> tuple[int, int]:
+    """Activation rows [lo, hi] for which the small-M GEMM runs (lo 0 = never); returns the
+    previous range. Default 12..32 (RAG_XGEMM_ROWS="lo,hi" overrides): it unpacks each weight row
+    once per call, where the row kernels unpack per 4 activation rows and the panel GEMM packs
+    8-16 weight rows at a cost that pays back only over many rows (docs/performance.md, session
+    19). Tests force each path with it."""
+    _require()
+    lo0, hi0 = torch.ops.ragk.set_xgemm_rows(int(lo), int(hi))
+    return int(lo0), int(hi0)
+
+
 def _op(name: str):
     """The op's overload, looked up once (the dispatcher call is most of a small GEMV's cost)."""
     op = _ops.get(name)
@@ -150,8 +167,9 @@ def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.
     """x [..., K] (float32 or bf16) @ dequant(w [N, row_bytes]).T -> float32 [..., N].
 
     M == 1 is a GEMV; up to `set_gemm_min_rows` rows the row kernels reuse each unpacked weight
-    block for 4 activation rows; from there the panel GEMM packs 8 weight rows at a time and
-    runs them against all rows. Measured on a 2-core Zen 5 (1 thread, busy box), AVX2 path:
+    block for 4 activation rows; in the `set_xgemm_rows` band (batched decode) the small-M GEMM
+    packs the activations instead and unpacks each weight row once; from `set_gemm_min_rows`
+    the panel GEMM packs 8-16 weight rows at a time and runs them against all rows. Measured on a 2-core Zen 5 (1 thread, busy box), AVX2 path:
     GEMVs 3-8x faster than fp32 F.linear on the dequantised weight; at M=64-512 the panel GEMM
     is 2-3.5x the row kernels and 1.5-3x fp32; on the AVX-512 path (16-row panels, VNNI) a whole
     prefill runs 1.4x faster than dequantise + AVX512-BF16 GEMM (gguf_linear keeps that rule for

@@ -194,13 +194,16 @@ def test_fused_forward_equals_torch_ops(engine_factory, model_dir):
 
 
 @pytest.mark.parametrize("isa", ops.supported_isas())
-def test_paged_decode_matches_float64_attention(isa: str):
+@pytest.mark.parametrize("d, grp", [(64, 3), (128, 6), (40, 2)])
+def test_paged_decode_matches_float64_attention(isa: str, d: int, grp: int):
     """ragk::paged_decode against SDPA in float64 on gathered K/V, each ISA path: catches a wrong
-    slot (block id * block_size + offset), GQA heads mapped to the wrong KV head, the 8-token tail
-    of a chunk read past the context (lengths 1, 17, odd), a lost online-softmax rescale, and the
-    split-context merge (a row long enough to be split across threads)."""
+    slot (block id * block_size + offset), GQA heads mapped to the wrong KV head, the 8- or
+    16-token tail of a chunk read past the context (lengths 1, 17, odd), a lost online-softmax
+    rescale, and the split-context merge (a row long enough to be split across threads). Head
+    sizes: 64 and 128 (the Qwen shapes; the AVX-512 path's 16-float chunks) and 40 (not a multiple
+    of 16: the AVX-512 path hands it to the 256-bit loop)."""
     g = torch.Generator().manual_seed(0)
-    nb, bs, hk, d, grp = 120, 16, 2, 64, 3
+    nb, bs, hk = 120, 16, 2
     kp, vp = torch.randn(nb, bs, hk, d, generator=g), torch.randn(nb, bs, hk, d, generator=g)
     lens = torch.tensor([1, 17, 803, 1500, 255])
     w = int((lens.max() + bs - 1) // bs)

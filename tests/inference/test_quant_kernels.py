@@ -286,11 +286,118 @@ GEMM_TYPES = [t for t in ALL if F.block_size(t) > 1]
 
 @pytest.fixture()
 def gemm_rows():
-    """Restores the panel-GEMM threshold after a test forces it."""
+    """Restores the panel-GEMM threshold after a test forces it; the small-M GEMM is off
+    meanwhile, so "forced on from M=1" reaches the panel GEMM for every M."""
     before = ops.set_gemm_min_rows(16)
+    xbefore = ops.set_xgemm_rows(0, 0)
     yield ops.set_gemm_min_rows
     ops.set_gemm_min_rows(before)
+    ops.set_xgemm_rows(*xbefore)
     ops.set_isa(None)
+
+
+@pytest.fixture()
+def xgemm_on():
+    """Forces the small-M GEMM for every M (where the active path has it), restores after."""
+    before = ops.set_xgemm_rows(1, 1 << 30)
+    gbefore = ops.set_gemm_min_rows(16)
+    yield
+    ops.set_xgemm_rows(*before)
+    ops.set_gemm_min_rows(gbefore)
+    ops.set_isa(None)
+
+
+def _rows_only(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> np.ndarray:
+    """quant_matmul on the row kernels alone (both GEMMs off), settings restored."""
+    xb, gb = ops.set_xgemm_rows(0, 0), ops.set_gemm_min_rows(0)
+    try:
+        return ops.quant_matmul(x, w, qtype, k).numpy()
+    finally:
+        ops.set_xgemm_rows(*xb)
+        ops.set_gemm_min_rows(gb)
+
+
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
+def test_small_m_gemm_matches_row_kernels(qtype: int, xgemm_on):
+    """Catches a small-M GEMM bug (activation lanes packed in the wrong order, the zero-padded
+    last lane group written out, a weight row group of fewer than NW rows, K-format scale or
+    16-element-sum pairs swapped, int16 overflow) on every path that has it: forced on, it must
+    equal the row kernels (same 8-bit activations, only float summation order differs) and the
+    float64 reference that quantises x the same way; N=37 (tasks of 16 columns, a ragged last
+    weight group), M from 2 to 33 (one lane group, a full one, a ragged second and third)."""
+    n = 37
+    for k in k_values(qtype):
+        w = make_weights(qtype, n, k, seed=12)
+        wt = torch.from_numpy(w)
+        wdq = ref_dequant(w, qtype).astype(np.float64)
+        for m in (2, 5, 8, 9, 16, 17, 33):
+            x = np.random.default_rng(3 * m + k).standard_normal((m, k)).astype(np.float32)
+            exact = quantise_x_like_kernel(x, qtype) @ wdq.T
+            for isa in ops.supported_isas():
+                ops.set_isa(isa)
+                rows_out = _rows_only(torch.from_numpy(x), wt, qtype, k)
+                out = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+                ctx = f"{F.type_name(qtype)} K={k} M={m} isa={isa} xgemm={ops.has_xgemm(qtype)}"
+                assert rel_max(out, rows_out) < 1e-5, ctx
+                assert rel_max(out, exact) < 1e-5, ctx
+
+
+def test_small_m_gemm_is_used_where_built(xgemm_on):
+    """Catches the dispatch never reaching the small-M GEMM (a wrong range check or table entry):
+    where an x86 path has it, forcing it on and off gives different float summation orders on a
+    large product (and the same values to 1e-5)."""
+    if not ops.has_xgemm(F.Q4_K):
+        pytest.skip(f"no small-M GEMM on this path ({ops.isa()})")
+    assert ops.has_xgemm(F.Q5_0) and ops.has_xgemm(F.Q6_K)
+    k = 2048
+    w = torch.from_numpy(make_weights(F.Q4_K, 64, k, seed=2))
+    x = torch.randn(16, k)
+    a = ops.quant_matmul(x, w, F.Q4_K, k)
+    b = torch.from_numpy(_rows_only(x, w, F.Q4_K, k))
+    assert not torch.equal(a, b)
+    assert rel_max(a.numpy(), b.numpy()) < 1e-5
+
+
+@pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q6_K], ids=F.type_name)
+def test_small_m_gemm_rows_and_threads(qtype: int, xgemm_on):
+    """Catches the small-M GEMM unpacking the wrong weight rows for quant_matmul_rows (the
+    constrained output head) and thread-dependent splits: a row subset's columns equal those of
+    the full product bit for bit, and 1 vs 2 threads give identical bits."""
+    k = 512
+    w = torch.from_numpy(make_weights(qtype, 301, k, seed=4))
+    x = torch.randn(20, k)
+    rows = torch.tensor([300, 7, 7, 0, 150, 8, 9, 10, 11, 12, 13], dtype=torch.int64)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        full1 = ops.quant_matmul(x, w, qtype, k)
+        torch.set_num_threads(2)
+        full2 = ops.quant_matmul(x, w, qtype, k)
+        part = ops.quant_matmul_rows(x, w, qtype, k, rows)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(full1, full2)
+    assert torch.equal(part, full1[:, rows])
+
+
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
+def test_small_m_gemm_extreme_values_do_not_saturate(qtype: int, xgemm_on):
+    """Catches int16 saturation in the small-M GEMM's products (maddubs clamps at 32767): every
+    weight at its largest value against activations that all quantise to +-127; equal to scalar."""
+    k = F.block_size(qtype) * 4
+    bs, bb = F.BLOCKS[qtype]
+    blocks = np.full((16, k // bs, bb), 0xFF, np.uint8)
+    for off in SCALE_FIELDS[qtype]:
+        blocks[:, :, off : off + 2] = np.array([0.01], np.float16).view(np.uint8)
+    w = torch.from_numpy(blocks.reshape(16, -1))
+    for sign in (1.0, -1.0):
+        x = torch.full((20, k), sign)
+        ops.set_isa("scalar")
+        base = ops.quant_matmul(x, w, qtype, k).numpy()
+        for isa in ops.supported_isas():
+            ops.set_isa(isa)
+            out = ops.quant_matmul(x, w, qtype, k).numpy()
+            assert rel_max(out, base) < 1e-5, f"{F.type_name(qtype)} isa={isa} sign={sign}"
 
 
 @pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)

@@ -207,6 +207,22 @@ using AttnPartFn = void (*)(const float* q, int g, int d, const float* kpool, co
 using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
                         const uint8_t* xq, size_t xrb, int64_t m, float* out, int64_t ldo);
 
+// The small-M GEMM (x86_xgemm.inc): like GemmFn, but the activations come packed by
+// xpanel_pack for this path's lane count (IsaTable::xlanes).
+using XGemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
+                         const uint8_t* xp, int64_t m, float* out, int64_t ldo);
+
+// Packed activations for XGemmFn, groups of `lanes` rows (the last one zero-padded), per block:
+// word t (elements 4t..4t+3) of lane r at v[4 lanes t + 4 r], then for 256-element blocks the
+// 16-element sums as int16 pairs (sums 2q, 2q+1 of lane r at [q][2r], [q][2r+1]) and d per lane
+// (292 bytes per lane), for 32-element blocks d and d * sum per lane (40 bytes per lane).
+inline size_t xpanel_block_bytes(XKind kind, int lanes) { return size_t(kind == X_Q256 ? 292 : 40) * lanes; }
+inline size_t xpanel_bytes(XKind kind, int64_t k, int64_t m, int lanes) {
+  const int64_t groups = (m + lanes - 1) / lanes;
+  return size_t(groups) * size_t(k / (kind == X_Q256 ? QKK : QK)) * xpanel_block_bytes(kind, lanes);
+}
+void xpanel_pack(XKind kind, int64_t k, const uint8_t* xq, size_t xrb, int64_t m, int lanes, uint8_t* dst);
+
 // Activation bytes per row block of the panel GEMM (KiB; RAG_GEMM_XBLOCK_KB, default 2048). Blocks of
 // 64-1024 KiB measured no faster than none for 900-row prompts on Zen 5 (repacking costs what L2 saves),
 // so only very long prompts are blocked.
@@ -230,6 +246,8 @@ struct IsaTable {
   DotFn dot[T_COUNT];
   DotMFn dotm[T_COUNT];
   GemmFn gemm[T_COUNT];
+  XGemmFn xgemm[T_COUNT];
+  int xlanes;  // activation rows per register of xgemm (8: 256-bit, 16: 512-bit)
   SiluMulFn silu_mul;
   AttnPartFn attn_part;
 };

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <tuple>
+#include <utility>
 #include <optional>
 #include <cstdlib>
 #include <string>
@@ -27,6 +30,23 @@ std::atomic<int64_t> g_gemm_min_rows{[] {
   const char* env = std::getenv("RAG_GEMM_MIN_ROWS");
   return env ? int64_t(std::atoll(env)) : int64_t(16);
 }()};
+
+// Activation rows for which the small-M GEMM (x86_xgemm.inc) runs, [lo, hi] (lo 0 = never):
+// between the row kernels (which unpack each weight block once per 4 activation rows) and the
+// panel GEMM (whose per-call weight packing pays back only over many rows). RAG_XGEMM_ROWS="lo,hi"
+// overrides; set_xgemm_rows lets tests force it.
+std::pair<int64_t, int64_t> xgemm_rows_env() {
+  const char* env = std::getenv("RAG_XGEMM_ROWS");
+  int64_t lo = 12, hi = 32;
+  if (env != nullptr) {
+    lo = std::atoll(env);
+    const char* comma = std::strchr(env, ',');
+    hi = comma ? std::atoll(comma + 1) : lo;
+  }
+  return {lo, hi};
+}
+std::atomic<int64_t> g_xgemm_lo{xgemm_rows_env().first};
+std::atomic<int64_t> g_xgemm_hi{xgemm_rows_env().second};
 
 void check_type(int64_t qtype) {
   TORCH_CHECK_VALUE(qtype >= 0 && qtype < T_COUNT && block_elems(int(qtype)) > 0 &&
@@ -98,6 +118,20 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   const DotFn dot = tb.dot[t];
   const DotMFn dotm = tb.dotm[t];
   const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
+  const XGemmFn xgemm = tb.xgemm[t];
+  const int64_t xlo = g_xgemm_lo.load(std::memory_order_relaxed);
+  if (xgemm != nullptr && xlo > 0 && m >= xlo && m <= g_xgemm_hi.load(std::memory_order_relaxed)) {
+    // Activations packed once on this thread (m * k bytes: small), read by every task.
+    const XKind kind = x_kind(t);
+    std::vector<uint8_t> xp(xpanel_bytes(kind, k, m, tb.xlanes));
+    xpanel_pack(kind, k, xq, xrb, m, tb.xlanes, xp.data());
+    const int64_t groups = (n_out + 15) / 16;
+    const int64_t pgrain = std::max<int64_t>(1, (int64_t(1) << 20) / (16 * k * m));
+    at::parallel_for(0, groups, pgrain, [&](int64_t b, int64_t e) {
+      xgemm(k, wp, rb, rows, b * 16, std::min(n_out, e * 16), xp.data(), m, o, ldo);
+    });
+    return;
+  }
   const GemmFn gemm = tb.gemm[t];
   if (gemm != nullptr && gmin > 0 && m >= gmin) {
     // Tasks are groups of 16 output columns (one 512-bit or two 256-bit panels); ~1M
@@ -251,6 +285,14 @@ int64_t row_bytes_op(int64_t qtype, int64_t k) { return row_bytes_checked(qtype,
 
 int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(rows); }
 
+std::tuple<int64_t, int64_t> set_xgemm_rows_op(int64_t lo, int64_t hi) {
+  return {g_xgemm_lo.exchange(lo), g_xgemm_hi.exchange(hi)};
+}
+
+bool has_xgemm_op(int64_t qtype) {
+  return qtype >= 0 && qtype < T_COUNT && active_table().xgemm[qtype] != nullptr;
+}
+
 int64_t set_gemm_xblock_kb_op(int64_t kb) { return set_gemm_xblock_kb(kb); }
 
 int64_t set_prefetch_op(int64_t bytes) { return set_prefetch_bytes(bytes); }
@@ -262,6 +304,39 @@ bool has_gemm_op(int64_t qtype) {
 }
 
 }  // namespace
+
+void xpanel_pack(XKind kind, int64_t k, const uint8_t* xq, size_t xrb, int64_t m, int lanes, uint8_t* dst) {
+  const bool kf = kind == X_Q256;
+  const int64_t nblk = k / (kf ? QKK : QK);
+  const int words = kf ? 64 : 8;
+  const size_t bb = xpanel_block_bytes(kind, lanes);
+  const int64_t groups = (m + lanes - 1) / lanes;
+  std::memset(dst, 0, xpanel_bytes(kind, k, m, lanes));
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int l = 0; l < lanes && g * lanes + l < m; ++l) {
+      const uint8_t* row = xq + size_t(g * lanes + l) * xrb;
+      for (int64_t b = 0; b < nblk; ++b) {
+        uint8_t* p = dst + size_t(g * nblk + b) * bb;
+        if (kf) {
+          const XBlock256& x = reinterpret_cast<const XBlock256*>(row)[b];
+          for (int t = 0; t < words; ++t) std::memcpy(p + 4 * (lanes * t + l), x.qs + 4 * t, 4);
+          auto* bs = reinterpret_cast<int16_t*>(p + 256 * lanes);
+          for (int q = 0; q < 8; ++q) {
+            bs[q * 2 * lanes + 2 * l] = x.bsums[2 * q];
+            bs[q * 2 * lanes + 2 * l + 1] = x.bsums[2 * q + 1];
+          }
+          reinterpret_cast<float*>(p + 288 * lanes)[l] = x.d;
+        } else {
+          const XBlock32& x = reinterpret_cast<const XBlock32*>(row)[b];
+          for (int t = 0; t < words; ++t) std::memcpy(p + 4 * (lanes * t + l), x.qs + 4 * t, 4);
+          reinterpret_cast<float*>(p + 32 * lanes)[l] = x.d;
+          reinterpret_cast<float*>(p + 36 * lanes)[l] = x.ds;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace ragk
 
 TORCH_LIBRARY(ragk, m) {
@@ -277,6 +352,8 @@ TORCH_LIBRARY(ragk, m) {
   m.def("row_bytes(int qtype, int k) -> int", &ragk::row_bytes_op);
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
+  m.def("set_xgemm_rows(int lo, int hi) -> (int, int)", &ragk::set_xgemm_rows_op);
+  m.def("has_xgemm(int qtype) -> bool", &ragk::has_xgemm_op);
   m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
   m.def("set_prefetch(int bytes) -> int", &ragk::set_prefetch_op);
   m.def("set_row_task_macs(int macs) -> int", &ragk::set_row_task_macs_op);

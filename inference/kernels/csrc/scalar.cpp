@@ -218,6 +218,8 @@ void fill_scalar(IsaTable& t) {
   for (auto& f : t.dot) f = nullptr;
   for (auto& f : t.dotm) f = nullptr;
   for (auto& f : t.gemm) f = nullptr;
+  for (auto& f : t.xgemm) f = nullptr;
+  t.xlanes = 0;
   t.silu_mul = silu_mul_scalar;
   t.attn_part = attn_part_scalar;
   t.dot[T_F32] = dot_f32;
