@@ -307,6 +307,19 @@ def xgemm_on():
     ops.set_isa(None)
 
 
+@pytest.fixture(params=["panel", "small_m"])
+def forced_gemm(request):
+    """Forces one GEMM for every M, the panel GEMM or the small-M GEMM (where the path has it),
+    restores after: tests that must hold for both take this."""
+    panel = request.param == "panel"
+    g0 = ops.set_gemm_min_rows(1 if panel else 16)
+    x0 = ops.set_xgemm_rows(*((0, 0) if panel else (1, 1 << 30)))
+    yield request.param
+    ops.set_gemm_min_rows(g0)
+    ops.set_xgemm_rows(*x0)
+    ops.set_isa(None)
+
+
 def _rows_only(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> np.ndarray:
     """quant_matmul on the row kernels alone (both GEMMs off), settings restored."""
     xb, gb = ops.set_xgemm_rows(0, 0), ops.set_gemm_min_rows(0)
@@ -358,48 +371,6 @@ def test_small_m_gemm_is_used_where_built(xgemm_on):
     assert rel_max(a.numpy(), b.numpy()) < 1e-5
 
 
-@pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q6_K], ids=F.type_name)
-def test_small_m_gemm_rows_and_threads(qtype: int, xgemm_on):
-    """Catches the small-M GEMM unpacking the wrong weight rows for quant_matmul_rows (the
-    constrained output head) and thread-dependent splits: a row subset's columns equal those of
-    the full product bit for bit, and 1 vs 2 threads give identical bits."""
-    k = 512
-    w = torch.from_numpy(make_weights(qtype, 301, k, seed=4))
-    x = torch.randn(20, k)
-    rows = torch.tensor([300, 7, 7, 0, 150, 8, 9, 10, 11, 12, 13], dtype=torch.int64)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        full1 = ops.quant_matmul(x, w, qtype, k)
-        torch.set_num_threads(2)
-        full2 = ops.quant_matmul(x, w, qtype, k)
-        part = ops.quant_matmul_rows(x, w, qtype, k, rows)
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(full1, full2)
-    assert torch.equal(part, full1[:, rows])
-
-
-@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
-def test_small_m_gemm_extreme_values_do_not_saturate(qtype: int, xgemm_on):
-    """Catches int16 saturation in the small-M GEMM's products (maddubs clamps at 32767): every
-    weight at its largest value against activations that all quantise to +-127; equal to scalar."""
-    k = F.block_size(qtype) * 4
-    bs, bb = F.BLOCKS[qtype]
-    blocks = np.full((16, k // bs, bb), 0xFF, np.uint8)
-    for off in SCALE_FIELDS[qtype]:
-        blocks[:, :, off : off + 2] = np.array([0.01], np.float16).view(np.uint8)
-    w = torch.from_numpy(blocks.reshape(16, -1))
-    for sign in (1.0, -1.0):
-        x = torch.full((20, k), sign)
-        ops.set_isa("scalar")
-        base = ops.quant_matmul(x, w, qtype, k).numpy()
-        for isa in ops.supported_isas():
-            ops.set_isa(isa)
-            out = ops.quant_matmul(x, w, qtype, k).numpy()
-            assert rel_max(out, base) < 1e-5, f"{F.type_name(qtype)} isa={isa} sign={sign}"
-
-
 @pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
 def test_panel_gemm_matches_row_kernels(qtype: int, gemm_rows):
     """Catches a panel GEMM bug (transpose order, partial last panel, int16 overflow of the
@@ -445,11 +416,10 @@ def test_panel_gemm_is_used_where_built(gemm_rows):
 
 
 @pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q6_K], ids=F.type_name)
-def test_panel_gemm_rows_and_threads(qtype: int, gemm_rows):
-    """Catches the GEMM packing the wrong weight rows for quant_matmul_rows (the constrained
-    output head) and thread-dependent panel splits: columns of a row subset equal those of the
-    full product bit for bit, and 1 vs 2 threads give identical bits."""
-    gemm_rows(1)
+def test_gemm_rows_and_threads(qtype: int, forced_gemm):
+    """Catches either GEMM reading the wrong weight rows for quant_matmul_rows (the constrained
+    output head) and thread-dependent splits: columns of a row subset equal those of the full
+    product bit for bit, and 1 vs 2 threads give identical bits."""
     k = 512
     w = torch.from_numpy(make_weights(qtype, 301, k, seed=4))
     x = torch.randn(20, k)
@@ -468,10 +438,11 @@ def test_panel_gemm_rows_and_threads(qtype: int, gemm_rows):
 
 
 @pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
-def test_panel_gemm_extreme_values_do_not_saturate(qtype: int, gemm_rows):
-    """Catches int16 saturation in the GEMM's unsigned-weight products (maddubs clamps at 32767):
-    every weight at its largest value (all bits set) against activations that all quantise to
-    +127 or -127 is the worst case for every partial sum; the result must still equal scalar."""
+def test_gemm_extreme_values_do_not_saturate(qtype: int, forced_gemm):
+    """Catches int16 saturation in either GEMM's unsigned-weight products (maddubs clamps at
+    32767): every weight at its largest value (all bits set) against activations that all
+    quantise to +127 or -127 is the worst case for every partial sum; the result must still
+    equal scalar."""
     k = F.block_size(qtype) * 4
     bs, bb = F.BLOCKS[qtype]
     blocks = np.full((16, k // bs, bb), 0xFF, np.uint8)
@@ -484,7 +455,6 @@ def test_panel_gemm_extreme_values_do_not_saturate(qtype: int, gemm_rows):
         base = ops.quant_matmul(x, w, qtype, k).numpy()
         for isa in ops.supported_isas():
             ops.set_isa(isa)
-            gemm_rows(1)
             out = ops.quant_matmul(x, w, qtype, k).numpy()
             assert rel_max(out, base) < 1e-5, f"{F.type_name(qtype)} isa={isa} sign={sign}"
 
