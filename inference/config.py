@@ -109,6 +109,9 @@ class EngineConfig(BaseModel):
     seed: int = 0
     enforce_eager: bool = True
     num_threads: int | None = Field(None, ge=1)
+    # CPU: allocations below this many MiB come from the heap and freed ones stay there for the next
+    # forward pass instead of fresh page-faulting mmaps (inference.cpu_alloc; 0 = glibc's defaults)
+    cpu_alloc_reuse_mb: int = Field(256, ge=0)
     passage_cache: PassageCacheConfig = Field(default_factory=PassageCacheConfig)
     # llama.cpp --cache-reuse: reuse runs of >= N cached tokens found at another position of a new
     # prompt, K re-rotated by the position delta (0 = off; runs are whole cached blocks)

@@ -13,6 +13,7 @@ import torch
 from inference import kv_cache
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
+from inference.cpu_alloc import keep_large_allocations
 from inference.errors import ContextOverflow, EmptyPrompt
 from inference.kv_reuse import KVReuse, require_rope
 from inference.model_loader import gguf_source, load_model, load_tokenizer, resolve_model_dir
@@ -35,6 +36,8 @@ class LLMEngine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         self.device = config.resolved_device()
+        if self.device == "cpu":
+            keep_large_allocations(config.cpu_alloc_reuse_mb)
         self.quant = config.resolved_quantization(self.device)
         if self.quant.warning:
             warnings.warn(self.quant.warning, RuntimeWarning, stacklevel=2)
