@@ -216,7 +216,7 @@ using XGemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t*
 // word t (elements 4t..4t+3) of lane r at v[4 lanes t + 4 r], then for 256-element blocks the
 // 16-element sums as int16 pairs (sums 2q, 2q+1 of lane r at [q][2r], [q][2r+1]) and d per lane
 // (292 bytes per lane), for 32-element blocks d and d * sum per lane (40 bytes per lane).
-inline size_t xpanel_block_bytes(XKind kind, int lanes) { return size_t(kind == X_Q256 ? 292 : 40) * lanes; }
+constexpr size_t xpanel_block_bytes(XKind kind, int lanes) { return size_t(kind == X_Q256 ? 292 : 40) * lanes; }
 inline size_t xpanel_bytes(XKind kind, int64_t k, int64_t m, int lanes) {
   const int64_t groups = (m + lanes - 1) / lanes;
   return size_t(groups) * size_t(k / (kind == X_Q256 ? QKK : QK)) * xpanel_block_bytes(kind, lanes);

@@ -45,8 +45,9 @@ std::pair<int64_t, int64_t> xgemm_rows_env() {
   }
   return {lo, hi};
 }
-std::atomic<int64_t> g_xgemm_lo{xgemm_rows_env().first};
-std::atomic<int64_t> g_xgemm_hi{xgemm_rows_env().second};
+const std::pair<int64_t, int64_t> g_xgemm_env = xgemm_rows_env();
+std::atomic<int64_t> g_xgemm_lo{g_xgemm_env.first};
+std::atomic<int64_t> g_xgemm_hi{g_xgemm_env.second};
 
 void check_type(int64_t qtype) {
   TORCH_CHECK_VALUE(qtype >= 0 && qtype < T_COUNT && block_elems(int(qtype)) > 0 &&
