@@ -133,14 +133,22 @@ def has_xgemm(qtype: int) -> bool:
 
 
 def set_xgemm_rows(lo: int, hi: int) -> tuple[int, int]:
-    """Activation rows [lo, hi] for which the small-M GEMM runs (lo 0 = never); returns the
-    previous range. Default 12..32 (RAG_XGEMM_ROWS="lo,hi" overrides): it unpacks each weight row
-    once per call, where the row kernels unpack per 4 activation rows and the panel GEMM packs
-    8-16 weight rows at a cost that pays back only over many rows (docs/performance.md, session
-    19). Tests force each path with it."""
+    """Activation rows [lo, hi] for which the small-M GEMM runs (lo 0 = never, -1 = the active
+    path's default); returns the previous range. Defaults (RAG_XGEMM_ROWS="lo,hi" overrides): 12..32
+    on the AVX-512 path, 6..4096 on the AVX2 path, where it also beats the panel GEMM on prompts.
+    It unpacks each weight row once per call, where the row kernels unpack per 4 activation rows
+    and the panel GEMM packs 8-16 weight rows at a cost that pays back only over many rows
+    (docs/performance.md, session 19). Tests force each path with it."""
     _require()
     lo0, hi0 = torch.ops.ragk.set_xgemm_rows(int(lo), int(hi))
     return int(lo0), int(hi0)
+
+
+def xgemm_band() -> tuple[int, int]:
+    """The activation-row band in which the active path runs the small-M GEMM now."""
+    _require()
+    lo, hi = torch.ops.ragk.xgemm_band()
+    return int(lo), int(hi)
 
 
 def _op(name: str):

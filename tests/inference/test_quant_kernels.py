@@ -475,3 +475,24 @@ def test_panel_gemm_row_blocks(qtype: int, gemm_rows):
     finally:
         torch.ops.ragk.set_gemm_xblock_kb(before)
     assert torch.equal(blocked, whole)
+
+
+def test_small_m_gemm_default_band_per_path():
+    """Catches the per-path default bands being lost or swapped: the AVX2 path runs the small-M
+    GEMM from 6 to 4,096 rows (1.2x the panel GEMM on prompts there), the AVX-512 path only from
+    12 to 32 (slower than its panel GEMM on prompts), unless set (then on every path); the dispatch
+    itself is checked by test_small_m_gemm_is_used_where_built."""
+    want = {"avx2": (6, 4096), "avx512": (12, 32)}
+    paths = set(want) & set(ops.supported_isas())
+    if not paths:
+        pytest.skip("no x86 SIMD path on this CPU")
+    before = ops.set_xgemm_rows(-1, -1)
+    try:
+        for isa in paths:
+            ops.set_isa(isa)
+            assert ops.xgemm_band() == want[isa], isa
+        ops.set_xgemm_rows(3, 7)
+        assert ops.xgemm_band() == (3, 7)
+    finally:
+        ops.set_xgemm_rows(*before)
+        ops.set_isa(None)

@@ -248,6 +248,7 @@ struct IsaTable {
   GemmFn gemm[T_COUNT];
   XGemmFn xgemm[T_COUNT];
   int xlanes;  // activation rows per register of xgemm (8: 256-bit, 16: 512-bit)
+  int64_t xgemm_lo, xgemm_hi;  // activation rows for which xgemm runs by default on this path
   SiluMulFn silu_mul;
   AttnPartFn attn_part;
 };

@@ -31,13 +31,14 @@ std::atomic<int64_t> g_gemm_min_rows{[] {
   return env ? int64_t(std::atoll(env)) : int64_t(16);
 }()};
 
-// Activation rows for which the small-M GEMM (x86_xgemm.inc) runs, [lo, hi] (lo 0 = never):
-// between the row kernels (which unpack each weight block once per 4 activation rows) and the
-// panel GEMM (whose per-call weight packing pays back only over many rows). RAG_XGEMM_ROWS="lo,hi"
-// overrides; set_xgemm_rows lets tests force it.
+// Activation rows for which the small-M GEMM (x86_xgemm.inc) runs, [lo, hi] (lo 0 = never; -1 =
+// the active path's default, IsaTable::xgemm_lo/hi): where it beats both the row kernels (which
+// unpack each weight block once per 4 activation rows) and the panel GEMM (whose per-call weight
+// packing pays back only over many rows). RAG_XGEMM_ROWS="lo,hi" overrides on every path;
+// set_xgemm_rows lets tests force it.
 std::pair<int64_t, int64_t> xgemm_rows_env() {
   const char* env = std::getenv("RAG_XGEMM_ROWS");
-  int64_t lo = 12, hi = 32;
+  int64_t lo = -1, hi = -1;
   if (env != nullptr) {
     lo = std::atoll(env);
     const char* comma = std::strchr(env, ',');
@@ -48,6 +49,12 @@ std::pair<int64_t, int64_t> xgemm_rows_env() {
 const std::pair<int64_t, int64_t> g_xgemm_env = xgemm_rows_env();
 std::atomic<int64_t> g_xgemm_lo{g_xgemm_env.first};
 std::atomic<int64_t> g_xgemm_hi{g_xgemm_env.second};
+
+// The band in effect on a path: the set / RAG_XGEMM_ROWS values, or the path's defaults.
+std::pair<int64_t, int64_t> xgemm_band(const IsaTable& tb) {
+  const int64_t lo = g_xgemm_lo.load(std::memory_order_relaxed), hi = g_xgemm_hi.load(std::memory_order_relaxed);
+  return {lo < 0 ? tb.xgemm_lo : lo, hi < 0 ? tb.xgemm_hi : hi};
+}
 
 void check_type(int64_t qtype) {
   TORCH_CHECK_VALUE(qtype >= 0 && qtype < T_COUNT && block_elems(int(qtype)) > 0 &&
@@ -120,8 +127,8 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   const DotMFn dotm = tb.dotm[t];
   const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
   const XGemmFn xgemm = tb.xgemm[t];
-  const int64_t xlo = g_xgemm_lo.load(std::memory_order_relaxed);
-  if (xgemm != nullptr && xlo > 0 && m >= xlo && m <= g_xgemm_hi.load(std::memory_order_relaxed)) {
+  const auto [xlo, xhi] = xgemm_band(tb);
+  if (xgemm != nullptr && xlo > 0 && m >= xlo && m <= xhi) {
     // Activations packed once on this thread (m * k bytes: small), read by every task.
     const XKind kind = x_kind(t);
     std::vector<uint8_t> xp(xpanel_bytes(kind, k, m, tb.xlanes));
@@ -290,6 +297,11 @@ std::tuple<int64_t, int64_t> set_xgemm_rows_op(int64_t lo, int64_t hi) {
   return {g_xgemm_lo.exchange(lo), g_xgemm_hi.exchange(hi)};
 }
 
+std::tuple<int64_t, int64_t> xgemm_band_op() {
+  const auto [lo, hi] = xgemm_band(active_table());
+  return {lo, hi};
+}
+
 bool has_xgemm_op(int64_t qtype) {
   return qtype >= 0 && qtype < T_COUNT && active_table().xgemm[qtype] != nullptr;
 }
@@ -355,6 +367,7 @@ TORCH_LIBRARY(ragk, m) {
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
   m.def("set_xgemm_rows(int lo, int hi) -> (int, int)", &ragk::set_xgemm_rows_op);
   m.def("has_xgemm(int qtype) -> bool", &ragk::has_xgemm_op);
+  m.def("xgemm_band() -> (int, int)", &ragk::xgemm_band_op);
   m.def("set_gemm_xblock_kb(int kb) -> int", &ragk::set_gemm_xblock_kb_op);
   m.def("set_prefetch(int bytes) -> int", &ragk::set_prefetch_op);
   m.def("set_row_task_macs(int macs) -> int", &ragk::set_row_task_macs_op);

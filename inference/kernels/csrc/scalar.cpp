@@ -220,6 +220,7 @@ void fill_scalar(IsaTable& t) {
   for (auto& f : t.gemm) f = nullptr;
   for (auto& f : t.xgemm) f = nullptr;
   t.xlanes = 0;
+  t.xgemm_lo = t.xgemm_hi = 0;
   t.silu_mul = silu_mul_scalar;
   t.attn_part = attn_part_scalar;
   t.dot[T_F32] = dot_f32;
