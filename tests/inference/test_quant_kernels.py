@@ -496,3 +496,23 @@ def test_small_m_gemm_default_band_per_path():
     finally:
         ops.set_xgemm_rows(*before)
         ops.set_isa(None)
+
+
+@pytest.mark.parametrize("qtype", [F.Q5_0, F.Q6_K], ids=F.type_name)
+def test_small_m_gemm_lane_group_blocks(qtype: int, xgemm_on):
+    """Catches the small-M GEMM's activation blocking skipping or repeating lane groups at block
+    edges (a 1 KiB block holds one lane group, so 45 rows span several blocks with a ragged last
+    group; a skipped group leaves its rows unwritten): the output must equal the unblocked one to
+    the bit on every path."""
+    k = 512
+    w = torch.from_numpy(make_weights(qtype, 40, k, seed=6))
+    x = torch.randn(45, k)
+    for isa in ops.supported_isas():
+        ops.set_isa(isa)
+        whole = ops.quant_matmul(x, w, qtype, k)
+        before = int(torch.ops.ragk.set_gemm_xblock_kb(1))
+        try:
+            blocked = ops.quant_matmul(x, w, qtype, k)
+        finally:
+            torch.ops.ragk.set_gemm_xblock_kb(before)
+        assert torch.equal(blocked, whole), isa
