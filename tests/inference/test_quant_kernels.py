@@ -460,21 +460,23 @@ def test_gemm_extreme_values_do_not_saturate(qtype: int, forced_gemm):
 
 
 @pytest.mark.parametrize("qtype", [F.Q5_0, F.Q6_K], ids=F.type_name)
-def test_panel_gemm_row_blocks(qtype: int, gemm_rows):
-    """Catches the GEMM's activation row blocking skipping or repeating rows at block edges
-    (a block of 1 KiB holds a few rows only, so 45 rows span many blocks with a ragged tail):
-    the output must equal the unblocked GEMM to the bit."""
-    gemm_rows(1)
+def test_gemm_activation_blocks(qtype: int, forced_gemm):
+    """Catches either GEMM's activation blocking skipping or repeating rows at block edges (a
+    block of 1 KiB holds a few rows of the panel GEMM or one lane group of the small-M GEMM, so 45
+    rows span many blocks with a ragged tail; a skipped group leaves its rows unwritten): the
+    output must equal the unblocked one to the bit, on every path."""
     k = 512
     w = torch.from_numpy(make_weights(qtype, 40, k, seed=6))
     x = torch.randn(45, k)
-    whole = ops.quant_matmul(x, w, qtype, k)
-    before = int(torch.ops.ragk.set_gemm_xblock_kb(1))
-    try:
-        blocked = ops.quant_matmul(x, w, qtype, k)
-    finally:
-        torch.ops.ragk.set_gemm_xblock_kb(before)
-    assert torch.equal(blocked, whole)
+    for isa in ops.supported_isas():
+        ops.set_isa(isa)
+        whole = ops.quant_matmul(x, w, qtype, k)
+        before = int(torch.ops.ragk.set_gemm_xblock_kb(1))
+        try:
+            blocked = ops.quant_matmul(x, w, qtype, k)
+        finally:
+            torch.ops.ragk.set_gemm_xblock_kb(before)
+        assert torch.equal(blocked, whole), isa
 
 
 def test_small_m_gemm_default_band_per_path():
@@ -497,22 +499,3 @@ def test_small_m_gemm_default_band_per_path():
         ops.set_xgemm_rows(*before)
         ops.set_isa(None)
 
-
-@pytest.mark.parametrize("qtype", [F.Q5_0, F.Q6_K], ids=F.type_name)
-def test_small_m_gemm_lane_group_blocks(qtype: int, xgemm_on):
-    """Catches the small-M GEMM's activation blocking skipping or repeating lane groups at block
-    edges (a 1 KiB block holds one lane group, so 45 rows span several blocks with a ragged last
-    group; a skipped group leaves its rows unwritten): the output must equal the unblocked one to
-    the bit on every path."""
-    k = 512
-    w = torch.from_numpy(make_weights(qtype, 40, k, seed=6))
-    x = torch.randn(45, k)
-    for isa in ops.supported_isas():
-        ops.set_isa(isa)
-        whole = ops.quant_matmul(x, w, qtype, k)
-        before = int(torch.ops.ragk.set_gemm_xblock_kb(1))
-        try:
-            blocked = ops.quant_matmul(x, w, qtype, k)
-        finally:
-            torch.ops.ragk.set_gemm_xblock_kb(before)
-        assert torch.equal(blocked, whole), isa
