@@ -189,10 +189,17 @@ class ModelRunner:
         layers = {k: None for k in probed if k > 0} or None
         # a graph replay captures no middle layer: rows that want one take the eager path
         hidden = self.graphs.run(input_ids, positions, meta) if self.graphs is not None and not layers else None
+        want_prompt_lps = any(prompt_logprobs.wants_prompt_logprobs(s) for s in batch.seqs)
+        index = torch.tensor(rows, dtype=torch.long, device=input_ids.device)
+        pruned = False
         if hidden is None:
-            hidden = self.model(input_ids, positions, meta, layers) if layers else self.model(input_ids, positions, meta)
-        prompt_lps = prompt_logprobs.collect(self.model, hidden, batch) \
-            if any(prompt_logprobs.wants_prompt_logprobs(s) for s in batch.seqs) else {}
+            # only the sampled rows' final states are read (unless prompt logprobs want every row):
+            # the model may skip the last layer's MLP for the others (`keep`)
+            keep = None if want_prompt_lps else index
+            hidden = self.model(input_ids, positions, meta, layers, keep=keep) if layers else \
+                self.model(input_ids, positions, meta, keep=keep)
+            pruned = keep is not None and hidden.shape[0] != input_ids.shape[0]
+        prompt_lps = prompt_logprobs.collect(self.model, hidden, batch) if want_prompt_lps else {}
         wanted = set(rows)
         owners = []
         r = 0
@@ -202,8 +209,7 @@ class ModelRunner:
                 owners.append(i)
         if not rows:
             return RunOutput(torch.empty(0), owners, prompt_lps)
-        index = torch.tensor(rows, device=hidden.device)
-        last = hidden[index]
+        last = hidden if pruned else hidden[index]
         logits = self.model.compute_logits(last)
         kept = None
         if probed:

@@ -128,12 +128,14 @@ class LlamaForCausalLM(nn.Module):
             layer.self_attn.kv_cache = cache
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                capture: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                capture: dict[int, torch.Tensor] | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Final normed hidden states; `capture` (layer k -> None) is filled with the residual
-        stream after decoder layer k (1-based), for probes."""
+        stream after decoder layer k (1-based), for probes. `keep` (row indices, fused path only):
+        only those rows' final states are wanted (returned in that order), so the last layer's MLP
+        runs on them alone; elsewhere all rows are returned and the caller selects."""
         h = self.embed_tokens(input_ids)
         if self.fused and h.dtype == torch.float32:
-            return self._fused_forward(h, positions, meta, capture)
+            return self._fused_forward(h, positions, meta, capture, keep)
         for i, layer in enumerate(self.layers, 1):
             h = layer(h, positions, meta)
             if capture is not None and i in capture:
@@ -154,17 +156,26 @@ class LlamaForCausalLM(nn.Module):
             layer.mlp.fused = True
 
     def _fused_forward(self, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                       capture: dict[int, torch.Tensor] | None) -> torch.Tensor:
+                       capture: dict[int, torch.Tensor] | None, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Same layers as `forward`; each residual add is fused with the next norm (the residual
-        stream `h` is updated in place, so captured states are copies)."""
+        stream `h` is updated in place, so captured states are copies). With `keep`, the last
+        layer's MLP runs on the kept rows only: no later layer reads the other rows' output (their
+        K/V of every layer, the last included, is written before it), so a prompt chunk skips
+        ~1/num_layers of its MLP work (decode keeps every row: nothing is skipped)."""
         ops = _ops()
         h = h.contiguous()
         first = self.layers[0].input_layernorm
         x = ops.rms_norm(h, first.weight, first.eps)
         n = len(self.layers)
+        if keep is not None and (keep.numel() == h.shape[0] or (capture is not None and n in capture)):
+            keep = None  # every row wanted, or the last layer's residual captured: nothing to skip
         for i, layer in enumerate(self.layers, 1):
             post = layer.post_attention_layernorm
             x = ops.add_rms_norm_(h, layer.self_attn(x, positions, meta), post.weight, post.eps)
+            if i == n and keep is not None:
+                if keep.numel() == 0:  # a prompt chunk that samples nothing: its K/V is all it gives
+                    return x[:0]
+                h, x = h[keep], x[keep]
             nxt = self.layers[i].input_layernorm if i < n else self.norm
             x = ops.add_rms_norm_(h, layer.mlp(x), nxt.weight, nxt.eps)
             if capture is not None and i in capture:

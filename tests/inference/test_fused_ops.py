@@ -193,6 +193,48 @@ def test_fused_forward_equals_torch_ops(engine_factory, model_dir):
         saved.set_kv_caches(llm.engine.runner.caches)
 
 
+def test_last_layer_mlp_runs_on_sampled_rows_only(engine_factory, model_dir):
+    """Catches the runner reading the wrong rows of a pruned forward (`keep`: the last layer's MLP
+    on the sampled rows only), a prompt chunk that samples nothing returning states, or pruning
+    not wired at all (the last MLP still sees every prompt row). 16-token chunks, so the long
+    prompt's first chunk samples nothing (its last MLP is skipped outright). Same torch-backend
+    block model as above, so only float rounding may separate pruned from full."""
+    llm = engine_factory(num_blocks=128, max_num_batched_tokens=16)
+    model = load_gguf_model(catalog_gguf("smollm2"), AutoConfig.from_pretrained(str(model_dir)), backend="torch")
+    model.set_kv_caches(llm.engine.runner.caches)
+    saved = llm.engine.model
+    llm.engine.model = llm.engine.runner.model = model
+    seen: list[int] = []
+    last_mlp = model.layers[-1].mlp
+    hook = last_mlp.register_forward_pre_hook(lambda _m, args: seen.append(args[0].shape[0]))
+    full_forward = model.forward
+    try:
+        model.enable_fused_ops()
+        # the long prompt's first chunk samples nothing; its second shares a step with both short ones
+        ids = [llm.tokenizer.encode(t) for t in ("The lighthouse on the cape was first lit in 1874 and automated in 1961.",
+                                                 "Mooring fees are", "The harbour master")]
+        assert len(ids[0]) > 16 and len(ids[0]) + len(ids[1]) + len(ids[2]) <= 32
+        sp = SamplingParams(temperature=0.0, max_tokens=6, candidate_token_ids=list(range(0, 2000, 7)))
+        got = {}
+        for prune in (True, False):
+            model.forward = full_forward if prune else (lambda *a, keep=None, **k: full_forward(*a, **k))
+            llm.clear_prefix_cache()
+            seen.clear()
+            got[prune] = llm.generate(ids, sp)
+            if prune:
+                assert sum(seen) == 3 * 6, f"last MLP ran on {seen} rows: only the sampled ones expected"
+            else:
+                assert sum(seen) == sum(map(len, ids)) + 3 * 5
+        for a, b in zip(got[True], got[False]):
+            assert a.outputs[0].token_ids == b.outputs[0].token_ids
+            assert max(abs(a.candidate_logprobs[t] - b.candidate_logprobs[t]) for t in a.candidate_logprobs) < 1e-4
+    finally:
+        hook.remove()
+        model.forward = full_forward
+        llm.engine.model = llm.engine.runner.model = saved
+        saved.set_kv_caches(llm.engine.runner.caches)
+
+
 @pytest.mark.parametrize("isa", ops.supported_isas())
 @pytest.mark.parametrize("d, grp", [(64, 3), (128, 6), (40, 2)])
 def test_paged_decode_matches_float64_attention(isa: str, d: int, grp: int):
