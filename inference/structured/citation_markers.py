@@ -5,6 +5,12 @@ overlap afterwards are guesses. Here, when the model's top choice would end an u
 (a full stop, or EOS), only `[` is allowed; then only the numbers of given passages, then `]`.
 Which passage it cites is still the model's choice (its most likely number), so the marker is
 model-written; the sentence then ends as the model wanted. A refusal needs no marker.
+
+A bare "." right after a digit may be a decimal point ("0.20 euros", "4.80"), and forcing a marker
+there cut the number ("charges 0 [1]." for 0.20): it is let through, and the next token tells. A
+digit continues the number and the sentence; anything else means it was the full stop, and then
+the marker is forced after it ("... in 1874. [1]"), where `rag/citations.py` keeps it with the
+sentence it closes.
 """
 
 from __future__ import annotations
@@ -41,11 +47,17 @@ class CitationMarkerProcessor:
         self._pending: int | None = None  # the end (full stop or EOS) the model wanted before its marker
         self._out = ""
         self._sentence = ""  # text since the last sentence end: an empty one needs no marker
+        self._dot_after_digit = False  # a "." after a digit: a decimal point or the full stop, not yet known
         self._consumed = 0
 
     def _advance(self, token_ids: list[int]) -> None:
         for t in token_ids[self._consumed:]:
             s = self.text.get(t, "")
+            if self._dot_after_digit and not (s[:1].isdigit() or t in self.open_ids or self._state != "free"):
+                self._cited, self._sentence = False, ""  # it was the full stop: a new sentence starts
+            if self._state == "free" and t not in self.open_ids:
+                self._dot_after_digit = False  # a digit (decimal) or the next sentence: known now
+            out_before = self._out
             self._out += s
             self._sentence += s
             if self._state == "open" and t in self.digit_ids:
@@ -59,7 +71,9 @@ class CitationMarkerProcessor:
                 self._state = "free"  # the model wrote something else: not a marker after all
                 if s.strip():
                     self._run = 0
-            if t in self.end_ids or t in self.close_end_ids:
+            if s == "." and out_before[-1:].isdigit():
+                self._dot_after_digit = True  # decided by the next token (a digit: a decimal point)
+            elif t in self.end_ids or t in self.close_end_ids:
                 self._cited, self._sentence = False, ""  # a new sentence starts
         self._consumed = len(token_ids)
 
@@ -89,12 +103,16 @@ class CitationMarkerProcessor:
             return self._only(logits, [want])  # end the sentence (or the answer) as the model wanted
         if self._run >= 2:
             return self._ban(logits, self.open_ids)
-        if self._cited or not self._sentence.strip():
-            return logits  # cited, or nothing written since the last end ("... [2]." then EOS)
+        if self._cited or not self._sentence.strip() or self._sentence.rsplit("\n", 1)[-1].strip().rstrip(".").isdigit():
+            return logits  # cited, nothing written since the last end ("... [2]." then EOS), or a list number
         if self.refusal and self._out.strip().lower().startswith(self.refusal):
             return logits
         top = int(logits.argmax())
+        if self._dot_after_digit:  # "...1874." uncited: a digit continues the number, else cite now
+            return logits if self.text.get(top, "")[:1].isdigit() else self._only(logits, self.open_ids)
         if top in self.end_ids or top in self.eos_ids:
+            if self.text.get(top) == "." and self._out[-1:].isdigit():
+                return logits  # maybe a decimal point: the next token tells
             self._pending = top
             return self._only(logits, self.open_ids)
         return logits
