@@ -71,11 +71,15 @@ class CitationMarkerProcessor:
                 self._state = "free"  # the model wrote something else: not a marker after all
                 if s.strip():
                     self._run = 0
-            if s == "." and out_before[-1:].isdigit():
+            if _maybe_decimal_point(s, out_before):
                 self._dot_after_digit = True  # decided by the next token (a digit: a decimal point)
             elif t in self.end_ids or t in self.close_end_ids:
                 self._cited, self._sentence = False, ""  # a new sentence starts
         self._consumed = len(token_ids)
+
+    def _list_number(self) -> bool:
+        """The current line is only a number, with or without its full stop ("1."): no claim to cite."""
+        return self._sentence.rsplit("\n", 1)[-1].strip().rstrip(".").isdigit()
 
     def _only(self, logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
         keep = [i for i in ids if i < logits.shape[-1]]
@@ -103,7 +107,7 @@ class CitationMarkerProcessor:
             return self._only(logits, [want])  # end the sentence (or the answer) as the model wanted
         if self._run >= 2:
             return self._ban(logits, self.open_ids)
-        if self._cited or not self._sentence.strip() or self._sentence.rsplit("\n", 1)[-1].strip().rstrip(".").isdigit():
+        if self._cited or not self._sentence.strip() or self._list_number():
             return logits  # cited, nothing written since the last end ("... [2]." then EOS), or a list number
         if self.refusal and self._out.strip().lower().startswith(self.refusal):
             return logits
@@ -111,8 +115,13 @@ class CitationMarkerProcessor:
         if self._dot_after_digit:  # "...1874." uncited: a digit continues the number, else cite now
             return logits if self.text.get(top, "")[:1].isdigit() else self._only(logits, self.open_ids)
         if top in self.end_ids or top in self.eos_ids:
-            if self.text.get(top) == "." and self._out[-1:].isdigit():
+            if _maybe_decimal_point(self.text.get(top, ""), self._out):
                 return logits  # maybe a decimal point: the next token tells
             self._pending = top
             return self._only(logits, self.open_ids)
         return logits
+
+
+def _maybe_decimal_point(token: str, before: str) -> bool:
+    """A bare "." right after a digit: a decimal point or a full stop, told apart by the next token."""
+    return token == "." and before[-1:].isdigit()
