@@ -50,12 +50,14 @@ class AsyncEngine:
     # ---- caller side ------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, priority: int = 0,
-                    passage_spans: list[tuple[int, int]] | None = None) -> AsyncIterator[RequestOutput]:
+                    passage_spans: list[tuple[int, int]] | None = None,
+                    passage_anchor: list[int] | None = None) -> AsyncIterator[RequestOutput]:
         """Queue a request and return an async iterator of incremental outputs; leaving the
-        iteration early aborts the request. `passage_spans`: see `LLMEngine.prepare_request`."""
+        iteration early aborts the request. `passage_spans`, `passage_anchor`: see
+        `LLMEngine.prepare_request`."""
         loop = asyncio.get_running_loop()
         state = self.engine.prepare_request(prompt, params, request_id=request_id, priority=priority,
-                                            passage_spans=passage_spans)
+                                            passage_spans=passage_spans, passage_anchor=passage_anchor)
         rid = state.request_id
         out_q: asyncio.Queue = asyncio.Queue()
         with self._streams_lock:
@@ -87,9 +89,10 @@ class AsyncEngine:
 
     async def generate(self, prompt: str | list[int], params: SamplingParams | None = None,
                        request_id: str | None = None, priority: int = 0,
-                       passage_spans: list[tuple[int, int]] | None = None) -> RequestOutput | None:
+                       passage_spans: list[tuple[int, int]] | None = None,
+                       passage_anchor: list[int] | None = None) -> RequestOutput | None:
         last = None
-        async for out in self.add_request(prompt, params, request_id, priority, passage_spans):
+        async for out in self.add_request(prompt, params, request_id, priority, passage_spans, passage_anchor):
             last = out
         return last
 

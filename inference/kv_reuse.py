@@ -107,11 +107,15 @@ class KVReuse:
         self.reuse_prefills = 0  # prompts computed by `prefill` (the others took the plain path)
 
     # ---- planning -----------------------------------------------------------------------
-    def salt(self, passage_spans: list[tuple[int, int]]) -> bytes:
-        """What blended K/V depends on besides the tokens: the spans and how they are blended."""
+    def salt(self, passage_spans: list[tuple[int, int]], anchor: list[int] | None = None) -> bytes:
+        """What blended K/V depends on besides the tokens: the spans, the entries they are read
+        from (an anchor picks another prompt's) and how they are blended."""
         spec = (f"{self.recompute_ratio}|{self.check_layer}|{self.cache_reuse}|{self.miss_inline}|"
                 f"{self.store is not None}|{sorted(passage_spans)}")
-        return hashlib.blake2b(spec.encode(), digest_size=16).digest()
+        h = hashlib.blake2b(spec.encode(), digest_size=16)
+        if anchor is not None:
+            h.update(b"|anchor|" + bytes(str(list(anchor)), "ascii"))
+        return h.digest()
 
     def _spans(self, seq: Sequence, start: int, end: int) -> list[tuple[int, int]]:
         if self.store is None:
@@ -119,12 +123,18 @@ class KVReuse:
         return [(s, e) for s, e in seq.passage_spans if s >= start and e <= end and e - s >= MIN_PASSAGE_TOKENS]
 
     @staticmethod
-    def _template(seq: Sequence) -> int:
-        """Where the prompt's first passage starts: the tokens before it (system prompt, template)
-        key every passage of the prompt, and a stored passage's K sits right after them. Not the
-        first passage still to compute: when the prefix cache serves the first passages (the exact
-        blocks a plain prefill left), the others must keep the key they were stored under."""
-        return next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)
+    def _anchor(seq: Sequence) -> tuple[list[int], int]:
+        """(The tokens that key every passage of the prompt, the position a stored passage's K
+        sits at.) By default the prompt's own tokens before its first passage (system prompt,
+        template). Not the first passage still to compute: when the prefix cache serves the first
+        passages (the exact blocks a plain prefill left), the others must keep the key they were
+        stored under. A request's `passage_anchor` names another prompt's template instead: an
+        answer's checks read the passages under the answer prompt's key, so the K/V its prefill
+        stored serves them (placed after their own template, like any shifted passage)."""
+        if seq.passage_anchor is not None:
+            return seq.passage_anchor, len(seq.passage_anchor)
+        first = next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)
+        return seq.token_ids[:first], first
 
     def _gaps(self, start: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         out, at = [], start
@@ -160,7 +170,7 @@ class KVReuse:
         """Is any of these passages in the store (memory, or a file under disk_path)?"""
         store = self.store
         assert store is not None
-        head = seq.token_ids[:self._template(seq)]
+        head, _ = self._anchor(seq)
         pid = store.prefix_id(head)
         for s, e in spans:
             if store.key(pid, seq.token_ids[s:e]) in store.entries:
@@ -180,13 +190,13 @@ class KVReuse:
             seq.passages_to_store = []
             store = self.store
             assert store is not None
-            prefix = self._template(seq)
-            pid = store.prefix_id(seq.token_ids[:prefix])
+            head, base = self._anchor(seq)
+            pid = store.prefix_id(head)
             keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
             pending = self._allocate_misses(keys, spans, store.entries)
             if pending:
                 slots = self.runner.slots_of(seq.block_table, 0, spans[-1][1]).to(self.runner.device)
-                self._store_inline(seq, slots, prefix, pid, pending)
+                self._store_inline(seq, slots, base, pid, pending)
 
     # ---- the prefill --------------------------------------------------------------------
     @torch.inference_mode()
@@ -204,8 +214,8 @@ class KVReuse:
             if not self.miss_inline:  # misses are computed after the template: it must be there first
                 self._forward_range(seq, slots, h, prefix)
                 start = prefix
-            tpl = self._template(seq)
-            pid, found, pending = self._passages(seq, slots, tpl, spans)
+            head, base = self._anchor(seq)
+            pid, found, pending = self._passages(seq, slots, head, base, spans)
             segments += found
         if self.cache_reuse:
             taken = sorted((s.dst, s.dst + s.n) for s in segments)
@@ -217,7 +227,7 @@ class KVReuse:
         self._place(slots, segments)
         self._blend(seq, slots, start, end, segments)
         if pending:
-            self._store_inline(seq, slots, tpl, pid, pending)
+            self._store_inline(seq, slots, base, pid, pending)
         if segments:  # the blend overwrote placed K in place: QUEST's running bounds would only widen
             self.runner.refresh_bounds(seq.block_table, h, end)
         seq.num_computed_tokens = end
@@ -225,14 +235,15 @@ class KVReuse:
             seq.hash_limit = min(s.dst for s in segments)
         self.bm.commit(seq, h)
 
-    def _passages(self, seq: Sequence, slots: torch.Tensor, prefix: int, spans: list[tuple[int, int]]
-                  ) -> tuple[bytes, list[Segment], list[tuple[Entry, int, int]]]:
-        """(prefix id, cached passages as segments, misses to store from this prompt's prefill).
-        With `miss_compute: alone` the misses are computed on their own (one forward), stored and
-        returned as segments instead."""
+    def _passages(self, seq: Sequence, slots: torch.Tensor, head: list[int], base: int,
+                  spans: list[tuple[int, int]]) -> tuple[bytes, list[Segment], list[tuple[Entry, int, int]]]:
+        """(prefix id, cached passages as segments, misses to store from this prompt's prefill):
+        entries keyed under the template `head`, their K at position `base`. With `miss_compute:
+        alone` the misses are computed on their own after this prompt's template (one forward),
+        stored (K moved to `base`) and returned as segments instead."""
         store = self.store
         assert store is not None
-        pid = store.prefix_id(seq.token_ids[:prefix])
+        pid = store.prefix_id(head)
         keys = [store.key(pid, seq.token_ids[s:e]) for s, e in spans]
         pinned = set(keys)
         found: dict[bytes, Entry] = {}
@@ -245,14 +256,18 @@ class KVReuse:
                     self.tokens_reused += e - s
         missing = self._allocate_misses(keys, spans, found)
         if missing and not self.miss_inline:
+            prefix = next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)  # own template
             ctx_slots = slots[:prefix]
             self._run_groups([(seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
                                torch.cat([ctx_slots, entry.slots])) for entry, s, e in missing])
+            if base != prefix:  # an anchored request: its entries' K sits after the anchor's template
+                done = torch.cat([entry.slots for entry, _, _ in missing])
+                self._copy_rotated(done, done, torch.full((done.numel(),), base - prefix, dtype=torch.long))
             for entry, s, e in missing:
                 store.save(entry, pid, seq.token_ids[s:e])
                 found[entry.key] = entry
             missing = []
-        segments = [Segment(s, e - s, found[k].slots, prefix, "passage")
+        segments = [Segment(s, e - s, found[k].slots, base, "passage")
                     for k, (s, e) in zip(keys, spans, strict=True) if k in found]
         return pid, segments, missing
 

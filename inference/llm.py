@@ -20,8 +20,10 @@ class LLM:
     def generate(self, prompts: str | list[str] | list[list[int]],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  priorities: list[int] | None = None,
-                 passage_spans: list[list[tuple[int, int]]] | None = None) -> list[RequestOutput]:
-        """`passage_spans[i]`: the passage token ranges of prompt i (the passage KV cache)."""
+                 passage_spans: list[list[tuple[int, int]]] | None = None,
+                 passage_anchors: list[list[int] | None] | None = None) -> list[RequestOutput]:
+        """`passage_spans[i]`: the passage token ranges of prompt i (the passage KV cache);
+        `passage_anchors[i]`: the template its passages are keyed under, when another prompt's."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # one prompt (text or token ids)
         params = sampling_params or SamplingParams()
@@ -32,7 +34,8 @@ class LLM:
         try:
             for i, (p, sp) in enumerate(zip(prompts, plist, strict=True)):
                 ids.append(self.engine.add_request(p, sp, priority=priorities[i] if priorities else 0,
-                                                   passage_spans=passage_spans[i] if passage_spans else None))
+                                                   passage_spans=passage_spans[i] if passage_spans else None,
+                                                   passage_anchor=passage_anchors[i] if passage_anchors else None))
         except Exception:
             for rid in ids:
                 self.engine.abort(rid)

@@ -131,19 +131,24 @@ class LLMEngine:
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, priority: int = 0,
                     arrival_time: float | None = None,
-                    passage_spans: list[tuple[int, int]] | None = None) -> str:
-        return self.submit(self.prepare_request(prompt, params, request_id, priority, arrival_time, passage_spans))
+                    passage_spans: list[tuple[int, int]] | None = None,
+                    passage_anchor: list[int] | None = None) -> str:
+        return self.submit(self.prepare_request(prompt, params, request_id, priority, arrival_time, passage_spans,
+                                                passage_anchor))
 
     def prepare_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                         request_id: str | None = None, priority: int = 0,
                         arrival_time: float | None = None,
-                        passage_spans: list[tuple[int, int]] | None = None) -> RequestState:
+                        passage_spans: list[tuple[int, int]] | None = None,
+                        passage_anchor: list[int] | None = None) -> RequestState:
         """Tokenise and validate without touching engine state (safe from another thread), so
         bad requests fail in the caller and the stepping thread only ever sees good ones.
 
         `passage_spans`: [start, end) token ranges of the prompt that are retrieved passages
         (sorted, disjoint; see `inference.kv_reuse.join_segments`); with `passage_cache.enabled`
-        their K/V is cached and reused at any position. Ignored otherwise."""
+        their K/V is cached and reused at any position. Ignored otherwise. `passage_anchor`: the
+        template tokens the passages are keyed under and stored after, when not this prompt's own
+        tokens before its first passage: another prompt's (`inference.kv_reuse`, "anchors")."""
         params = params or SamplingParams()
         if params.json_schema is not None:
             from inference.structured import JsonSchemaLogitsProcessor
@@ -181,8 +186,10 @@ class LLMEngine:
                        arrival_time=arrival_time if arrival_time is not None else time.monotonic())
         if passage_spans:
             seq.passage_spans = _check_spans(passage_spans, len(ids))
+            if passage_anchor is not None:
+                seq.passage_anchor = [int(t) for t in passage_anchor]
         if self.kv_reuse is not None and params.prompt_logprobs is None:  # prompt log-probs must be exact
-            seq.reuse_salt = self.kv_reuse.salt(seq.passage_spans)
+            seq.reuse_salt = self.kv_reuse.salt(seq.passage_spans, seq.passage_anchor)
         self._seed(seq)
         return RequestState(request_id, text, seq, self.tokenizer, self.eos_token_ids, self.max_model_len)
 

@@ -64,6 +64,9 @@ class Sequence:
         self.needs_shift = False
         # prompt token ranges [start, end) that are retrieved passages (the passage KV cache)
         self.passage_spans: list[tuple[int, int]] = []
+        # the template tokens its passages are keyed under and stored after, when another prompt's
+        # (None: this prompt's own tokens before its first passage; see `inference.kv_reuse`)
+        self.passage_anchor: list[int] | None = None
         self.passages_counted = False  # KVReuse: prefix-cache-served passages counted once
         # KVReuse: passages a plain (batched, chunked) prefill computes, to store once it has: a
         # prompt none of whose passages is cached needs no reuse pass of its own

@@ -28,9 +28,9 @@ from rerank.llm import yes_log_odds, yes_no_ids
 from .answering.signals import CHECK_ANSWER, CHECK_PASSAGE, CHECK_PROBE
 
 CHECK_SYSTEM = "You check answers to reading comprehension questions against a passage."
-PASSAGE_CHECK = "Passage: {passage}\n\nQuestion: {question}\n\nDoes the passage contain the answer to this " \
+PASSAGE_CHECK = "Passage:\n{passage}\n\nQuestion: {question}\n\nDoes the passage contain the answer to this " \
                 "question? Answer yes or no."
-ANSWER_CHECK = "Passage: {passage}\n\nQuestion: {question}\nProposed answer: {answer}\n\nDoes the passage " \
+ANSWER_CHECK = "Passage:\n{passage}\n\nQuestion: {question}\nProposed answer: {answer}\n\nDoes the passage " \
                "state that this is the answer to the question? Answer yes or no."
 
 
@@ -75,54 +75,65 @@ class AnswerabilityProbe:
         return cls(int(d["layer"]), [float(x) for x in d["weights"]], float(d["bias"]))
 
 
-async def passage_check(generator: Any, question: str, passage: str, layer: int | None = None
-                        ) -> tuple[float, Any]:
+async def passage_check(generator: Any, question: str, passage: str, layer: int | None = None,
+                        anchor: list[int] | None = None) -> tuple[float, Any]:
     """The passage check alone: its yes/no log-odds and, when `layer` is given, the hidden state a
-    probe reads (None otherwise). Probe training (`eval/probe.py`) and answering share this."""
+    probe reads (None otherwise). Probe training (`eval/probe.py`) and answering share this.
+    `anchor`: the answer prompt's template before its first passage, so the passage's K/V that
+    prompt's prefill stored in the passage cache serves this check (see `_spans`)."""
     from inference.sampling_params import SamplingParams
 
     yes, no = yes_no_ids(generator.tokenizer)
     prompt = check_prompt(generator.encode_chat, question, passage)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
                         hidden_state=layer is not None, hidden_state_layer=-1 if layer is None else layer)
-    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage))
+    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage),
+                                    passage_anchor=anchor)
     return yes_log_odds(out.candidate_logprobs, yes, no), out.hidden_state
 
 
 async def check_signals(generator: Any, question: str, passage: str, answer: str,
-                        probe: AnswerabilityProbe | None = None) -> dict[str, float]:
+                        probe: AnswerabilityProbe | None = None, anchor: list[int] | None = None
+                        ) -> dict[str, float]:
     """`check_passage` and `check_answer`: log P(yes) - log P(no) of the two checks; with a probe,
     also `check_probe`, the probe's log-odds on the passage check's hidden state."""
     # One after the other: both prompts start with the same passage and question, so the second
     # is served from the prefix cache the first just filled (only its last ~30 tokens are new).
-    signals = await passage_signals(generator, question, passage, probe)
-    signals[CHECK_ANSWER] = await answer_check(generator, question, passage, answer)
+    signals = await passage_signals(generator, question, passage, probe, anchor)
+    signals[CHECK_ANSWER] = await answer_check(generator, question, passage, answer, anchor)
     return signals
 
 
 async def passage_signals(generator: Any, question: str, passage: str,
-                          probe: AnswerabilityProbe | None = None) -> dict[str, float]:
+                          probe: AnswerabilityProbe | None = None, anchor: list[int] | None = None
+                          ) -> dict[str, float]:
     """`check_passage` (and with a probe `check_probe`): what does not depend on the answer."""
-    passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None)
+    passage_odds, hidden = await passage_check(generator, question, passage, probe.layer if probe else None,
+                                               anchor)
     signals = {CHECK_PASSAGE: passage_odds}
     if probe is not None:
         signals[CHECK_PROBE] = probe.score(hidden)
     return signals
 
 
-async def answer_check(generator: Any, question: str, passage: str, answer: str) -> float:
+async def answer_check(generator: Any, question: str, passage: str, answer: str,
+                       anchor: list[int] | None = None) -> float:
     """`check_answer`: log-odds that the passage states `answer` answers the question."""
     from inference.sampling_params import SamplingParams
 
     yes, no = yes_no_ids(generator.tokenizer)
     prompt = check_prompt(generator.encode_chat, question, passage, answer)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
-    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage))
+    out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage),
+                                    passage_anchor=anchor)
     return yes_log_odds(out.candidate_logprobs, yes, no)
 
 
 def _spans(generator: Any, prompt: list[int], passage: str) -> list[tuple[int, int]] | None:
-    """The check prompt's passage span for the engine's passage KV cache: every question's check of
-    a passage then reuses its K/V. Its key is not the answer prompt's (the template before the
-    passage differs: check system prompt, no title), so a passage is cached once per template."""
+    """The check prompt's passage span for the engine's passage KV cache. Without an anchor its key
+    is the checks' own template (every question's check of a passage reuses the first one's K/V);
+    with the answer prompt's template as anchor it is that prompt's key, so the checks of an
+    answer read the K/V its prefill just computed and only their question and instruction are new
+    tokens. The passage follows a newline here as in the answer prompt (`Passage:\n`, `title\n`),
+    so it tokenises the same in both."""
     return generator.locate_passages(prompt, [passage])

@@ -81,6 +81,15 @@ class BuiltPrompt:
             return []
         return [t for p in self.passages if (t := cached_text(cfg, p))]
 
+    @property
+    def passage_anchor(self) -> list[int]:
+        """The tokens the engine's passage cache keys this prompt's passages under: the system head,
+        the same for every question of a mode. What follows it up to a passage (the user template,
+        markers, titles, other passages) is a neighbour the cached K/V may have attended to, not
+        part of the key; the answerability checks name the same anchor, so they read the K/V this
+        prompt computed."""
+        return self.token_ids[:self.system_tokens]
+
 
 class Turn(Protocol):
     """An earlier chat turn as its prompt showed it (`rag.chat.ChatTurn`)."""
@@ -109,17 +118,14 @@ def _passage_text(cfg: PromptConfig, p: Passage) -> str:
 
 
 def cached_text(cfg: PromptConfig, p: Passage) -> str:
-    """The part of a rendered passage that is the same wherever it is placed: the template from its
-    title (or text) on, without the marker, which is renumbered per prompt. This is what the
-    engine's passage KV cache keys and reuses (`BuiltPrompt.cached_texts`)."""
-    tpl = cfg.passage_template
-    at = [(tpl.index(f), f) for f in ("{title}", "{text}") if f in tpl]
-    if "{text}" not in tpl:
+    """The part of a rendered passage that is the same wherever it is placed: its text, without the
+    marker (renumbered per prompt) and the title line. This is what the engine's passage KV cache
+    keys and reuses (`BuiltPrompt.cached_texts`); the answerability checks show the same text after
+    a newline (`rag.answerability`), so an answer's checks reuse the K/V its prompt computed. The
+    title's few tokens are computed with the prompt's other template tokens."""
+    if "{text}" not in cfg.passage_template:
         return ""
-    piece = tpl[min(i for i, _ in at):max(i + len(f) for i, f in at)]
-    if "{marker}" in piece:  # a marker between title and text: only the text is position-free
-        piece = "{text}"
-    return piece.format(title=_title(p), text=passage_body(cfg, p)).strip()
+    return passage_body(cfg, p).strip()
 
 
 def user_content(cfg: PromptConfig, question: str, passages: list[Passage], shown: frozenset[str] = frozenset()) -> str:

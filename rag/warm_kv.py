@@ -13,8 +13,9 @@ a chunk whose file is already there is skipped without loading it (and a file fr
 or template simply has another name, see `inference/passage_store.py`).
 
 Each chunk is one request of the answer template cut one token after the passage (the engine
-needs a token after the last span), `max_tokens=1`; in short mode also the answerability check's
-template (`rag/answerability.py`), whose passage key differs because the text before it does.
+needs a token after the last span), `max_tokens=1`, keyed under the prompt's `passage_anchor` as
+an answer prompt is. The answerability checks of a short answer name the same anchor
+(`rag/answerability.py`), so the one entry serves them too.
 """
 
 from __future__ import annotations
@@ -84,34 +85,28 @@ def warm_chunks(cfg: RagConfig, store: Any, collection: str) -> Iterator[Any]:
         yield c
 
 
-def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[tuple[list[int], tuple[int, int]] | None]:
-    """Per template, the request that caches `ch` (prompt cut one token after the passage, its span),
-    or None where the passage cannot be cached."""
-    mode = cfg.answer.mode
-    p = Passage.of_chunk(1, ch)
-    out: list[tuple[list[int], tuple[int, int]] | None] = []
-    try:
-        built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len, mode)
-        prompts = [(built.token_ids, built.cached_texts(cfg.prompt))]
-    except prompt_mod.PromptTooLong:
-        prompts = [([], [])]
-    if mode == "short":
-        from .answerability import check_prompt
+Request = tuple[list[int], tuple[int, int], list[int]]  # prompt, the passage's span, its key's anchor
 
-        body = prompt_mod.passage_body(cfg.prompt, p)
-        prompts.append((check_prompt(generator.encode_chat, WARM_QUESTION, body), [body]))
-    for ids, texts in prompts:
-        spans = generator.locate_passages(ids, texts) if ids else None
-        if not spans or spans[0][1] >= len(ids):
-            out.append(None)
-            continue
-        s, e = spans[0]
-        out.append((ids[:e + 1], (s, e)))
-    return out
+
+def warm_request(cfg: RagConfig, generator: Any, ch: Any) -> Request | None:
+    """The request that caches `ch` (answer prompt cut one token after the passage, its span, the
+    anchor it is keyed under), or None where the passage cannot be cached."""
+    p = Passage.of_chunk(1, ch)
+    try:
+        built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len,
+                                 cfg.answer.mode)
+    except prompt_mod.PromptTooLong:
+        return None
+    ids = built.token_ids
+    spans = generator.locate_passages(ids, built.cached_texts(cfg.prompt))
+    if not spans or spans[0][1] >= len(ids):
+        return None
+    s, e = spans[0]
+    return ids[:e + 1], (s, e), built.passage_anchor
 
 
 def templates(cfg: RagConfig) -> list[str]:
-    return [f"answer ({cfg.answer.mode})", *(["answerability check"] if cfg.answer.mode == "short" else [])]
+    return [f"answer ({cfg.answer.mode})"]
 
 
 def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
@@ -124,13 +119,14 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
     report = WarmReport(chunks=len(chunks), templates=templates(cfg))
     sp = SamplingParams(max_tokens=1, temperature=0.0)
     seen: set[Path] = set()
-    pending: list[tuple[list[int], tuple[int, int], Path]] = []
+    pending: list[tuple[list[int], tuple[int, int], list[int], Path]] = []
 
     def flush() -> None:
         if not pending:
             return
-        generator.generate([ids for ids, _, _ in pending], sp, passage_spans=[[span] for _, span, _ in pending])
-        for _, _, path in pending:
+        generator.generate([ids for ids, *_ in pending], sp, passage_spans=[[span] for _, span, _, _ in pending],
+                           passage_anchors=[anchor for _, _, anchor, _ in pending])
+        for *_, path in pending:
             if path.exists():
                 report.warmed += 1
             else:
@@ -138,22 +134,22 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
         pending.clear()
 
     for i, ch in enumerate(chunks):
-        for req in warm_requests(cfg, generator, ch):
-            if req is None:
-                report.skipped += 1
-                continue
-            ids, span = req
-            path = generator.passage_cache_file(ids, span)
+        req = warm_request(cfg, generator, ch)
+        if req is None:
+            report.skipped += 1
+        else:
+            ids, span, anchor = req
+            path = generator.passage_cache_file(ids, span, anchor)
             if path is None:  # not an engine with a disk-backed passage cache after all
                 raise WarmKVError("the generator has no disk-backed passage cache (passage_cache.disk_path)")
             if path in seen:  # another chunk with the same text: one entry serves both
                 report.duplicates += 1
-                continue
-            seen.add(path)
-            if path.exists():  # warmed by an earlier run (resuming): not loaded, not recomputed
+            elif path.exists():  # warmed by an earlier run (resuming): not loaded, not recomputed
+                seen.add(path)
                 report.on_disk += 1
-                continue
-            pending.append((ids, span, path))
+            else:
+                seen.add(path)
+                pending.append((ids, span, anchor, path))
         if len(pending) >= BATCH:
             flush()
         if on_progress is not None:

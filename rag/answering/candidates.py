@@ -45,7 +45,8 @@ class SpanCandidate:
 
 async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
                             processors: list[GroundedSpanProcessor],
-                            spans: list[tuple[int, int]] | None = None) -> list[SpanCandidate]:
+                            spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
+                            ) -> list[SpanCandidate]:
     """One constrained decode per processor on the same prompt: the first alone (it fills the
     prefix cache), the rest together (they reuse it and share decode steps). With passage `spans`
     every decode carries them: a blended prompt is kept out of the prefix cache from its first
@@ -55,7 +56,7 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
     async def one(p: GroundedSpanProcessor) -> Any:
         sp = copy.copy(params)
         sp.logits_processors = [*(x for x in params.logits_processors if not isinstance(x, GroundedSpanProcessor)), p]
-        return await generator.agenerate(token_ids, sp, passage_spans=spans)
+        return await generator.agenerate(token_ids, sp, passage_spans=spans, passage_anchor=anchor)
 
     if not processors:
         return []

@@ -92,6 +92,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
                                     list(answer.passages), budget, "short")
     texts = [prompt_mod.passage_body(cfg.prompt, p) for p in built.passages]
     spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
+    anchor = built.passage_anchor if spans else None
     if len(built.passages) != len(answer.passages):  # the short prompt is the smaller one; never expected
         raise RuntimeError("the short-answer gate lost passages the long prompt holds")
     if policy.per_passage:
@@ -99,15 +100,15 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
             return span_processor(ts, params.max_tokens, float("inf"))
 
         decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                               processor, spans)
+                                               processor, spans, anchor)
     else:
         span = span_processor(texts, params.max_tokens, policy.decoder_margin)
         params.logits_processors = [*params.logits_processors, span]
-        out = await generator.agenerate(built.token_ids, params, passage_spans=spans)
+        out = await generator.agenerate(built.token_ids, params, passage_spans=spans, passage_anchor=anchor)
         markers = MarkerFilter({p.marker for p in answer.passages})
         markers.feed(out.outputs[0].text)
         markers.flush()
-        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span)
+        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span, anchor)
     answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
     answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
     marker = None if decision.citation is None else answer.passages[decision.citation].marker

@@ -123,8 +123,9 @@ class LongGrounding:
     returns is the text to show now. One per answer."""
 
     def __init__(self, generator: Any, cfg: RagConfig, answer: Answer, check_min: float | None,
-                 gate: Gate | None = None):
+                 gate: Gate | None = None, anchor: list[int] | None = None):
         self.generator = generator
+        self.anchor = anchor  # the long prompt's `passage_anchor`: a one-passage check reads its K/V
         self.gate = gate  # the short answer's decision the sentences must state (None: not gated)
         self.mode = cfg.answer.long_grounding
         self.min_overlap = cfg.answer.attribution_overlap
@@ -241,7 +242,9 @@ class LongGrounding:
         from ..answerability import answer_check
 
         passage = "\n\n".join(self._body[n] for n in markers)
-        return round(await answer_check(self.generator, self.question, passage, strip_citation_markers(sentence)), 3)
+        anchor = self.anchor if len(markers) == 1 else None  # several joined: no one cached passage
+        return round(await answer_check(self.generator, self.question, passage, strip_citation_markers(sentence),
+                                        anchor), 3)
 
 
 def _with_marker(bare: str, marker: int) -> str:
@@ -265,14 +268,15 @@ def check_threshold(cfg: RagConfig, entry: Any) -> float | None:
 
 
 def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any,
-                  gate: Gate | None = None) -> LongGrounding | None:
+                  gate: Gate | None = None, anchor: list[int] | None = None) -> LongGrounding | None:
     """The grounding of one long answer, None with `long_grounding: off` (the answer as generated);
-    `gate`: the short decision it is held to (`gate.py`)."""
+    `gate`: the short decision it is held to (`gate.py`); `anchor`: the long prompt's
+    `passage_anchor` when it carries passage spans (the sentence checks then read its K/V)."""
     if cfg.answer.long_grounding == "off":
         return None
     # The check reads the yes/no candidates' log-probabilities, which a backend that does not own the
     # decoding loop (remote) refuses as it refuses logits processors: there, the deterministic checks only.
     own_loop = getattr(generator, "supports_logits_processors", False)
-    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None, gate)
+    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None, gate, anchor)
 
 

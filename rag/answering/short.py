@@ -8,6 +8,7 @@ recorded signals without a model.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,9 +39,11 @@ def _first_source(text: str, bodies: list[str]) -> int | None:
 
 
 async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,
-                        span: GroundedSpanProcessor | None) -> Decision:
+                        span: GroundedSpanProcessor | None, anchor: list[int] | None = None) -> Decision:
     """The decision on the one decode over all passages. `streamed`: its marker-checked text;
-    `span`: its grounded-span processor (None: a prompted answer, e.g. on a remote backend)."""
+    `span`: its grounded-span processor (None: a prompted answer, e.g. on a remote backend);
+    `anchor`: its prompt's `passage_anchor` when it carried passage spans (the checks then read the
+    K/V that prompt computed; None: they key their passage under their own template)."""
     from ..answerability import check_signals
 
     bodies = _bodies(cfg, answer)
@@ -57,7 +60,7 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
         t1 = time.perf_counter()
         src = _first_source(text, bodies)
         signals.update(await check_signals(generator, answer.standalone_question, bodies[src or 0], text.strip(),
-                                           policy.probe))
+                                           policy.probe, anchor))
         answer.timings_ms["check"] = _ms(t1)
     if not span.steps:
         text = streamed
@@ -68,30 +71,38 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
 async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAnswerPolicy, answer: Answer,
                              token_ids: list[int], params: Any,
                              processor_for: Callable[[list[str]], GroundedSpanProcessor],
-                             spans: list[tuple[int, int]] | None = None) -> tuple[Decision, Any]:
+                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
+                             ) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
-    in `answer.candidates`. `spans`: the prompt's passage spans (the passage KV cache)."""
+    in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
+    passage KV cache; the checks read the K/V the prompt computed)."""
     from ..answerability import answer_check, passage_signals
 
     q = answer.standalone_question
     answer.refusal_calibration = policy.calibration
     bodies = _bodies(cfg, answer)
-    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans)
+    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans,
+                                    anchor)
     for c in cands:
         _mark_cut(c.text, bodies, c.index, c.signals)
     t1 = time.perf_counter()
     live = [c for c in cands if gave_span(c.text, c.signals)]
-    for c in live:
-        c.signals.update(await passage_signals(generator, q, bodies[c.index], policy.probe))
+    # together: the engine runs their last tokens in one batch (with the passage cache each check
+    # computes only its question and instruction, so that step would otherwise cost as much again)
+    found = await asyncio.gather(*(passage_signals(generator, q, bodies[c.index], policy.probe, anchor) for c in live))
+    for c, signals in zip(live, found, strict=True):
+        c.signals.update(signals)
     every = policy.checks_every_candidate
     if every:
-        for c in live:
-            c.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[c.index], c.text.strip())
+        odds = await asyncio.gather(*(answer_check(generator, q, bodies[c.index], c.text.strip(), anchor)
+                                      for c in live))
+        for c, o in zip(live, odds, strict=True):
+            c.signals[CHECK_ANSWER] = o
     chosen = policy.choose(cands)
     if chosen is not None and not every:
         best = cands[chosen]
-        best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip())
+        best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip(), anchor)
     answer.timings_ms["check"] = _ms(t1)
     answer.candidates = [c.to_dict() for c in cands]
     # nothing was streamed on this path: only the decoder itself may have written the refusal

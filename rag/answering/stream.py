@@ -44,8 +44,9 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
     short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
     # where the passages are, for the engine's passage KV cache (None when the backend has none)
     spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
+    anchor = built.passage_anchor if spans else None
     if short and answer.grounded and policies.for_question(answer.question).per_passage:
-        final = await _per_passage(generator, cfg, policies, answer, built, params, t0, eos, spans)
+        final = await _per_passage(generator, cfg, policies, answer, built, params, t0, eos, spans, anchor)
         yield final.text
         yield final
         return
@@ -60,7 +61,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
                 return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
 
             gate = await short_gate(generator, cfg, policies, answer, processor)
-        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate)
+        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate, anchor)
         if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited
             gate.decision.apply(answer)
             answer.grounding = grounding.metadata() if grounding is not None else {}
@@ -69,7 +70,8 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             yield final
             return
     last = None
-    agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans)
+    agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans,
+                             passage_anchor=anchor)
     looped = False
     try:
         async for out in agen:
@@ -91,7 +93,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         from .short import decide_single
 
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
-        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span)
+        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span, anchor)
         final = _finish_short(answer, decision, last, t0, markers.removed)
     else:
         final = _finish_long(cfg, answer, markers, last, t0, grounding)
@@ -104,7 +106,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
 
 async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
                        params: Any, t0: float, eos: set[int] | int | None,
-                       spans: list[tuple[int, int]] | None = None) -> Answer:
+                       spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None) -> Answer:
     """One span per passage, the checks on each, the policy's choice; cited to its passage."""
     from .short import decide_per_passage
 
@@ -113,7 +115,7 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
 
     policy = policies.for_question(answer.question)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor, spans)
+                                             processor, spans, anchor)
     return _finish_short(answer, decision, out, t0, 0)
 
 

@@ -82,15 +82,17 @@ class Generator(ABC):
     # ---- what a backend provides ------------------------------------------------------------
     @abstractmethod
     def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
-                passage_spans: Spans | None = None) -> AsyncIterator:
+                passage_spans: Spans | None = None, passage_anchor: list[int] | None = None) -> AsyncIterator:
         """Incremental `RequestOutput`s of one request; closing it early aborts the request.
-        `passage_spans`: where the prompt's passages are (`locate_passages`), or None."""
+        `passage_spans`: where the prompt's passages are (`locate_passages`), or None;
+        `passage_anchor`: the template their cached K/V is keyed under when another prompt's
+        (`inference.LLMEngine.prepare_request`)."""
 
     async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None,
-                        passage_spans: Spans | None = None) -> Any:
+                        passage_spans: Spans | None = None, passage_anchor: list[int] | None = None) -> Any:
         """The final output of one request (a backend with a cheaper path overrides this)."""
         last = None
-        async for last in self.astream(prompt, params, request_id, passage_spans):  # noqa: B007 - keep the final output
+        async for last in self.astream(prompt, params, request_id, passage_spans, passage_anchor):  # noqa: B007 - keep the final output
             pass
         assert last is not None
         return last
@@ -113,18 +115,21 @@ class Generator(ABC):
         return locate_spans(self.tokenizer, list(token_ids), texts) or None
 
     async def agenerate_many(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
-                             passage_spans: list[Spans | None] | None = None) -> list:
+                             passage_spans: list[Spans | None] | None = None,
+                             passage_anchors: list[list[int] | None] | None = None) -> list:
         """Final outputs of many requests, submitted together so the backend batches them; one
         `SamplingParams` for all, one per prompt, or None for the defaults (as `inference.LLM`);
-        `passage_spans[i]`: prompt i's passage spans (None: none). `generate` is this, from sync code."""
+        `passage_spans[i]`, `passage_anchors[i]`: prompt i's passage spans and their key's anchor
+        (None: none, its own template). `generate` is this, from sync code."""
         if sampling_params is None:
             from inference.sampling_params import SamplingParams
 
             sampling_params = SamplingParams()
         plist = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         spans = passage_spans if passage_spans is not None else [None] * len(prompts)
-        return await asyncio.gather(*(self.agenerate(p, sp, passage_spans=s)
-                                      for p, sp, s in zip(prompts, plist, spans, strict=True)))
+        anchors = passage_anchors if passage_anchors is not None else [None] * len(prompts)
+        return await asyncio.gather(*(self.agenerate(p, sp, passage_spans=s, passage_anchor=a)
+                                      for p, sp, s, a in zip(prompts, plist, spans, anchors, strict=True)))
 
     async def anext_token_logprobs(self, prompts: list, candidate_token_ids: list[int]) -> list[dict[int, float]]:
         """log P(candidate | prompt) per prompt, in one batch (the LLM reranker's P("yes"))."""
@@ -172,9 +177,10 @@ class Generator(ABC):
         return self._submit(coro).result()
 
     def generate(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
-                 passage_spans: list[Spans | None] | None = None) -> list:
+                 passage_spans: list[Spans | None] | None = None,
+                 passage_anchors: list[list[int] | None] | None = None) -> list:
         """`agenerate_many` from sync code."""
-        return self.run(self.agenerate_many(prompts, sampling_params, passage_spans))
+        return self.run(self.agenerate_many(prompts, sampling_params, passage_spans, passage_anchors))
 
     def stream(self, prompt: str | list[int], params: Any, passage_spans: Spans | None = None) -> Iterator:
         """Incremental outputs; closing the iterator early aborts the request. The request is

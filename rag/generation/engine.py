@@ -35,21 +35,25 @@ class EngineGenerator(Generator):
         return self.passage_cache_on
 
     def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
-                passage_spans: Spans | None = None) -> AsyncIterator:
-        return self.engine.add_request(prompt, params, request_id=request_id, passage_spans=passage_spans)
+                passage_spans: Spans | None = None, passage_anchor: list[int] | None = None) -> AsyncIterator:
+        return self.engine.add_request(prompt, params, request_id=request_id, passage_spans=passage_spans,
+                                       passage_anchor=passage_anchor)
 
     async def agenerate(self, prompt: str | list[int], params: Any, request_id: str | None = None,
-                        passage_spans: Spans | None = None):
-        return await self.engine.generate(prompt, params, request_id=request_id, passage_spans=passage_spans)
+                        passage_spans: Spans | None = None, passage_anchor: list[int] | None = None):
+        return await self.engine.generate(prompt, params, request_id=request_id, passage_spans=passage_spans,
+                                          passage_anchor=passage_anchor)
 
-    def passage_cache_file(self, token_ids: list[int], span: tuple[int, int]) -> Any:
+    def passage_cache_file(self, token_ids: list[int], span: tuple[int, int], anchor: list[int] | None = None
+                           ) -> Any:
         """The file the passage at `span` of this prompt is (or would be) cached in under
-        `passage_cache.disk_path` (None without one): what `rag index --warm-kv` checks to resume."""
+        `passage_cache.disk_path` (None without one), keyed under `anchor` (default: the prompt's
+        tokens before the span): what `rag index --warm-kv` checks to resume."""
         reuse = self.engine.engine.kv_reuse
         store = reuse.store if reuse is not None else None
         if store is None:
             return None
-        return store.file_for(token_ids[:span[0]], token_ids[span[0]:span[1]])
+        return store.file_for(token_ids[:span[0]] if anchor is None else anchor, token_ids[span[0]:span[1]])
 
     @property
     def eos_token_ids(self) -> set[int] | int | None:

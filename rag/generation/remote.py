@@ -78,8 +78,9 @@ class RemoteGenerator(Generator):
 
     # ---- the backend's stream ------------------------------------------------------------
     async def astream(self, prompt: str | list[int], params: Any, request_id: str | None = None,
-                      passage_spans: list[tuple[int, int]] | None = None) -> AsyncIterator[RequestOutput]:
-        """`passage_spans` is ignored: the server's KV is not ours to reuse (`uses_passage_spans` is
+                      passage_spans: list[tuple[int, int]] | None = None,
+                      passage_anchor: list[int] | None = None) -> AsyncIterator[RequestOutput]:
+        """`passage_spans` and `passage_anchor` are ignored: the server's KV is not ours to reuse (`uses_passage_spans` is
         False, so the pipeline never computes them for this backend)."""
         import httpx
 

@@ -451,3 +451,62 @@ def test_locate_spans_gives_the_same_passage_tokens_at_any_position(pc_llm):
     pc_llm.clear_prefix_cache()
     pc_llm.generate([b_ids], _greedy(1), passage_spans=[b_spans])
     assert pc_llm.stats()["passage_cache_hits"] - hits >= 1  # passage 0 moved to second place: a hit
+
+
+CHECK = "<|im_start|>system\nCheck the answer.<|im_end|>\n<|im_start|>user\nPassage:\n"
+
+
+def check_prompt(tok, i: int):
+    """Another template around one passage (as the answerability checks have their own)."""
+    return join_segments(tok, [(CHECK, False), (PASSAGES[i], True),
+                               (f"\n\nQuestion: {QUESTION} Yes or no?<|im_end|>\n<|im_start|>assistant\n", False)])
+
+
+def _k0(llm, ids, span, **kw) -> tuple[torch.Tensor, dict]:
+    """Layer-0 K at `span` after the prompt's first step (prefix cache cleared first), and the
+    passage-cache hits and misses it cost. Layer 0 depends on token and position only, so a placed
+    passage must equal a plain prefill here."""
+    eng = llm.engine
+    llm.clear_prefix_cache()
+    before = llm.stats()
+    rid = eng.add_request(ids, _greedy(2), **kw)
+    eng.step()
+    seq = eng.requests[rid].seqs[0]
+    k0 = eng.runner.caches[0].gather_slots(eng.runner.slots_of(seq.block_table, *span))[0].clone()
+    eng.abort(rid)
+    eng.step()
+    after = llm.stats()
+    return k0, {k: after[k] - before[k] for k in ("passage_cache_hits", "passage_cache_misses")}
+
+
+def test_an_anchored_request_reads_and_stores_under_another_prompts_key(fresh):
+    """A check prompt naming the answer prompt's template as its anchor must read the passage that
+    prompt stored (a hit, no miss), placed where it now stands; a passage it misses must be stored
+    under the anchor's key, K at the position after the anchor, so the answer template then finds
+    it. Bugs caught: the anchor ignored (its own template: a miss, the answer's checks prefilling
+    every passage again), the stored K placed from the wrong base position (the check's own
+    template length instead of the anchor's), a miss stored under the wrong key or position."""
+    kr, tok, store = fresh.engine.kv_reuse, fresh.tokenizer, fresh.engine.kv_reuse.store
+    a_ids, a_spans = rag_prompt(tok, [0, 3])
+    anchor = a_ids[:a_spans[0][0]]
+    for i in (0, 3, 4):
+        ids, spans = rag_prompt(tok, [i])
+        store.file_for(anchor, ids[spans[0][0]:spans[0][1]]).unlink(missing_ok=True)
+    fresh.clear_passage_cache()
+    fresh.generate([a_ids], _greedy(1), passage_spans=[a_spans])  # cold: stores passages 0 and 3
+    kr.recompute_ratio = 0.0
+    c_ids, c_spans = check_prompt(tok, 3)
+    placed, counts = _k0(fresh, c_ids, c_spans[0], passage_spans=c_spans, passage_anchor=anchor)
+    assert counts == {"passage_cache_hits": 1, "passage_cache_misses": 0}
+    assert torch.allclose(placed, _k0(fresh, c_ids, c_spans[0])[0], atol=1e-4)
+    _, own = _k0(fresh, c_ids, c_spans[0], passage_spans=c_spans)  # its own template: a miss
+    assert own == {"passage_cache_hits": 0, "passage_cache_misses": 1}
+    # a miss of an anchored request is stored under the anchor, K after it: the answer template finds it
+    m_ids, m_spans = check_prompt(tok, 4)
+    fresh.clear_prefix_cache()
+    fresh.generate([m_ids], _greedy(1), passage_spans=[m_spans], passage_anchors=[anchor])
+    ids, spans = rag_prompt(tok, [4])
+    assert ids[:spans[0][0]] == anchor
+    hit, counts = _k0(fresh, ids, spans[0], passage_spans=spans)
+    assert counts == {"passage_cache_hits": 1, "passage_cache_misses": 0}
+    assert torch.allclose(hit, _k0(fresh, ids, spans[0])[0], atol=1e-4)

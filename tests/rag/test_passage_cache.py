@@ -219,7 +219,8 @@ def _record_hits(gen) -> list[tuple[str, bool, int]]:
     """(kind, carried spans, passage-cache hits while it ran) of every request the pipeline makes:
     kind is `answer` (the answer prompt or a per-passage span decode), `passage_check` or
     `answer_check`. The short path never runs two kinds at once (the decodes finish before the
-    checks, which run one after the other), so a kind's hits are its own."""
+    checks, which run together, then the answer checks), so a kind's hits are its own; within a
+    kind, requests that ran together share theirs."""
     from rag.answerability import CHECK_SYSTEM
 
     calls: list[tuple[str, bool, int]] = []
@@ -269,8 +270,8 @@ def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, 
     """What `rag eval qa --set generator.engine.passage_cache.enabled=true` runs with a calibrated
     generator: the answer prompt (one decode, or one per passage) and the answerability checks. On
     the second question both must hit the passage cache: the answer prompt with the passage the
-    first question also retrieved, the checks with the entries the checks wrote (their own
-    template). Bugs caught: the checks (or the per-passage decodes) sent without spans, spans the
+    first question also retrieved, the checks with the entries the answer prompt wrote (they name
+    its anchor). Bugs caught: the checks (or the per-passage decodes) sent without spans, spans the
     engine keys differently per question, and a check template that puts question-dependent text
     before the passage (every check a new key)."""
     pipe = _calibrated(pipeline, tmp_path, selector)
@@ -289,5 +290,53 @@ def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, 
             assert len(second.candidates) == len(second.passages) and kinds["answer"][0] == len(second.passages)
             assert kinds["passage_check"][2] >= 1, kinds
         assert kinds["passage_check"][2] + kinds["answer_check"][2] >= 1, kinds
+    finally:
+        pipe.generator.close()
+
+
+@pytest.mark.parametrize("selector", [True, False], ids=["per_passage", "single_decode"])
+def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_path, selector):
+    """A cold cache, one question: the answer prompt computes its passages (no hit), and every
+    answerability check of that answer must then read its passage from the entries the prompt
+    stored (a hit per check request: only the check's question and instruction are new tokens),
+    not prefill it again under the checks' own template. Bugs caught: the checks sent without the
+    answer prompt's anchor, an anchor that is not the key the prompt stored under (e.g. one that
+    includes the first passage's title), a check that renders the passage so it tokenises
+    differently from the answer prompt (\"Passage: \" folding a space into its first token)."""
+    pipe = _calibrated(pipeline, tmp_path, selector)
+    try:
+        gen = pipe.generator
+        calls = _record_hits(gen)
+        a = pipe.ask(TWO_ISLANDS, mode="short")
+        assert "check_passage" in a.signals and "check_answer" in a.signals  # the checks ran
+        kinds = _by_kind(calls)  # (requests, with spans); hits counted over the whole answer below
+        assert kinds["passage_check"][0] >= 1 and all(n == s for n, s, _ in kinds.values()), kinds
+        st = gen.stats()
+        # a cold cache: the prompt's passages are the only misses, and each passage check reads its
+        # passage from what the prompt stored (the per-passage decodes after the first and the
+        # answer check are prefix-cache hits, not passage-store reads)
+        assert st["passage_cache_misses"] == len(a.passages), st
+        assert st["passage_cache_hits"] >= kinds["passage_check"][0], (st, kinds)
+    finally:
+        pipe.generator.close()
+
+
+def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
+    """Long mode with engine sentence checks (`answer.long_check_min` set): a check of a sentence
+    citing one passage must read that passage's K/V from what the long prompt stored (a hit), not
+    prefill it again. Bug caught: the long grounding's checks sent without the long prompt's
+    anchor (each judged sentence then re-reads its passage in full)."""
+    data = engine_cfg(pipeline, enabled=True).to_dict()
+    data["answer"]["long_check_min"] = -100.0  # every sentence is checked, none dropped by the check
+    pipe = make(pipeline, RagConfig.model_validate(data))
+    try:
+        gen = pipe.generator
+        calls = _record_hits(gen)
+        a = pipe.ask(TWO_ISLANDS, mode="long")
+        kinds = _by_kind(calls)
+        st = gen.stats()
+        assert kinds.get("answer_check", (0, 0, 0))[0] >= 1, (kinds, a.text)  # a sentence was checked
+        assert st["passage_cache_misses"] == len(a.passages), st  # only the long prompt's own
+        assert st["passage_cache_hits"] >= 1, (st, kinds)
     finally:
         pipe.generator.close()
