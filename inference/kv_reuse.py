@@ -424,13 +424,17 @@ def join_segments(tokenizer, pieces: list[tuple[str, bool]]) -> tuple[list[int],
     return ids, spans
 
 
-def locate_spans(tokenizer, ids: list[int], texts: list[str]) -> list[tuple[int, int]]:
+def locate_spans(tokenizer, ids: list[int], texts: list[str], skip_first: bool = False) -> list[tuple[int, int]]:
     """Spans of `texts` (in prompt order) inside `ids`, a prompt tokenised as one string: for a
     caller that renders the prompt whole and knows its passages' texts. A boundary token may have
     merged with a neighbour, so the passage's own tokens are searched whole (also with the
-    leading space BPE vocabularies fold into a word's token: "[1] Paris" holds " Paris", and the
-    template before it then stays the same for every first passage), then without the first and/or
-    last one; a passage not found gets no span (it is simply computed)."""
+    leading space BPE vocabularies fold into a word's token: "[1] Paris" holds " Paris"), then
+    without the first and/or last one; a passage not found gets no span (it is simply computed).
+
+    `skip_first`: a span never holds the passage's first token. After "Passage: " it is " Paris",
+    after a newline "Paris", so only the tokens after it are the same in every template: what a
+    caller needs whose prompts of different templates read one entry (it then names their key's
+    `passage_anchor`: the default key, the prompt up to its first span, would hold that token)."""
     spans: list[tuple[int, int]] = []
     at = 0
     for text in texts:
@@ -439,9 +443,10 @@ def locate_spans(tokenizer, ids: list[int], texts: list[str]) -> list[tuple[int,
         for trim_a, trim_b in ((0, 0), (1, 0), (0, 1), (1, 1)):  # whole tokens first, either variant
             for toks in variants:
                 sub = toks[trim_a:len(toks) - trim_b]
-                pos = _find(ids, sub, at) if len(sub) >= MIN_PASSAGE_TOKENS else -1
+                skip = int(skip_first and trim_a == 0)
+                pos = _find(ids, sub, at) if len(sub) - skip >= MIN_PASSAGE_TOKENS else -1
                 if pos >= 0:
-                    found = (pos, pos + len(sub))
+                    found = (pos + skip, pos + len(sub))
                     break
             if found:
                 break

@@ -28,9 +28,9 @@ from rerank.llm import yes_log_odds, yes_no_ids
 from .answering.signals import CHECK_ANSWER, CHECK_PASSAGE, CHECK_PROBE
 
 CHECK_SYSTEM = "You check answers to reading comprehension questions against a passage."
-PASSAGE_CHECK = "Passage:\n{passage}\n\nQuestion: {question}\n\nDoes the passage contain the answer to this " \
+PASSAGE_CHECK = "Passage: {passage}\n\nQuestion: {question}\n\nDoes the passage contain the answer to this " \
                 "question? Answer yes or no."
-ANSWER_CHECK = "Passage:\n{passage}\n\nQuestion: {question}\nProposed answer: {answer}\n\nDoes the passage " \
+ANSWER_CHECK = "Passage: {passage}\n\nQuestion: {question}\nProposed answer: {answer}\n\nDoes the passage " \
                "state that this is the answer to the question? Answer yes or no."
 
 
@@ -134,6 +134,6 @@ def _spans(generator: Any, prompt: list[int], passage: str) -> list[tuple[int, i
     is the checks' own template (every question's check of a passage reuses the first one's K/V);
     with the answer prompt's template as anchor it is that prompt's key, so the checks of an
     answer read the K/V its prefill just computed and only their question and instruction are new
-    tokens. The passage follows a newline here as in the answer prompt (`Passage:\n`, `title\n`),
-    so it tokenises the same in both."""
+    tokens (`Generator.locate_passages` keys a passage without its first token, the one a
+    template's "Passage: " or "\n" before it changes)."""
     return generator.locate_passages(prompt, [passage])

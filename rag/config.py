@@ -62,6 +62,12 @@ class AnswerConfig(BaseModel):
         "grounded short mode: ask the model whether the passage holding the span answers the question "
         "(two one-token prompts) when a calibrated refusal model for the generator will weigh them (or while "
         "`rag eval calibrate` runs)"))
+    check_kv: Literal["exact", "prompt"] = Field("exact", description=(
+        "the answerability checks' passage K/V (with generator.engine.passage_cache on): exact computes it "
+        "under the check prompt (a later check of the same passage reuses it as is); prompt reads what the "
+        "answer prompt just computed, so a check costs only its question and instruction (checks ~2x "
+        "faster, but the passage K/V then carries the answer prompt's context: SQuAD dev F1 -0.02 with the "
+        "shipped 1.5B entry, docs/results.md)"))
     per_passage: bool | None = Field(None, description=(
         "grounded short mode: decode one span per passage, check each and give the one the calibrated span "
         "selector scores best (citing the passage it came from); null: when the calibration entry of the "

@@ -120,9 +120,9 @@ def _passage_text(cfg: PromptConfig, p: Passage) -> str:
 def cached_text(cfg: PromptConfig, p: Passage) -> str:
     """The part of a rendered passage that is the same wherever it is placed: its text, without the
     marker (renumbered per prompt) and the title line. This is what the engine's passage KV cache
-    keys and reuses (`BuiltPrompt.cached_texts`); the answerability checks show the same text after
-    a newline (`rag.answerability`), so an answer's checks reuse the K/V its prompt computed. The
-    title's few tokens are computed with the prompt's other template tokens."""
+    keys and reuses (`BuiltPrompt.cached_texts`); the answerability checks show the same text
+    (`rag.answerability`), so an answer's checks reuse the K/V its prompt computed. The title's few
+    tokens are computed with the prompt's other template tokens."""
     if "{text}" not in cfg.passage_template:
         return ""
     return passage_body(cfg, p).strip()

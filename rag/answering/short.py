@@ -38,12 +38,18 @@ def _first_source(text: str, bodies: list[str]) -> int | None:
     return src[0] if src else None
 
 
+def check_anchor(cfg: Any, anchor: list[int] | None) -> list[int] | None:
+    """What the answerability checks name as their passages' anchor: the answer prompt's
+    (`answer.check_kv: prompt`: they read the K/V it computed) or None (`exact`: their own template)."""
+    return anchor if cfg.answer.check_kv == "prompt" else None
+
+
 async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,
                         span: GroundedSpanProcessor | None, anchor: list[int] | None = None) -> Decision:
     """The decision on the one decode over all passages. `streamed`: its marker-checked text;
     `span`: its grounded-span processor (None: a prompted answer, e.g. on a remote backend);
-    `anchor`: its prompt's `passage_anchor` when it carried passage spans (the checks then read the
-    K/V that prompt computed; None: they key their passage under their own template)."""
+    `anchor`: `check_anchor` of its prompt (None: the checks key their passage under their own
+    template)."""
     from ..answerability import check_signals
 
     bodies = _bodies(cfg, answer)
@@ -71,12 +77,12 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
 async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAnswerPolicy, answer: Answer,
                              token_ids: list[int], params: Any,
                              processor_for: Callable[[list[str]], GroundedSpanProcessor],
-                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
-                             ) -> tuple[Decision, Any]:
+                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None,
+                             check_anchor: list[int] | None = None) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
     in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
-    passage KV cache; the checks read the K/V the prompt computed)."""
+    passage KV cache); `check_anchor`: what the checks name (`check_anchor`)."""
     from ..answerability import answer_check, passage_signals
 
     q = answer.standalone_question
@@ -90,19 +96,19 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     live = [c for c in cands if gave_span(c.text, c.signals)]
     # together: the engine runs their last tokens in one batch (with the passage cache each check
     # computes only its question and instruction, so that step would otherwise cost as much again)
-    found = await asyncio.gather(*(passage_signals(generator, q, bodies[c.index], policy.probe, anchor) for c in live))
+    found = await asyncio.gather(*(passage_signals(generator, q, bodies[c.index], policy.probe, check_anchor) for c in live))
     for c, signals in zip(live, found, strict=True):
         c.signals.update(signals)
     every = policy.checks_every_candidate
     if every:
-        odds = await asyncio.gather(*(answer_check(generator, q, bodies[c.index], c.text.strip(), anchor)
+        odds = await asyncio.gather(*(answer_check(generator, q, bodies[c.index], c.text.strip(), check_anchor)
                                       for c in live))
         for c, o in zip(live, odds, strict=True):
             c.signals[CHECK_ANSWER] = o
     chosen = policy.choose(cands)
     if chosen is not None and not every:
         best = cands[chosen]
-        best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip(), anchor)
+        best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip(), check_anchor)
     answer.timings_ms["check"] = _ms(t1)
     answer.candidates = [c.to_dict() for c in cands]
     # nothing was streamed on this path: only the decoder itself may have written the refusal

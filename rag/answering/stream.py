@@ -22,6 +22,7 @@ from ..loops import is_looping
 from .gate import gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
+from .short import check_anchor, decide_per_passage, decide_single
 
 if TYPE_CHECKING:
     from ..config import RagConfig
@@ -61,7 +62,8 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
                 return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
 
             gate = await short_gate(generator, cfg, policies, answer, processor)
-        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate, anchor)
+        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate,
+                                  check_anchor(cfg, anchor))
         if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited
             gate.decision.apply(answer)
             answer.grounding = grounding.metadata() if grounding is not None else {}
@@ -90,10 +92,9 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
     if tail and not short:
         yield tail
     if short:
-        from .short import decide_single
-
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
-        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span, anchor)
+        decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span,
+                                       check_anchor(cfg, anchor))
         final = _finish_short(answer, decision, last, t0, markers.removed)
     else:
         final = _finish_long(cfg, answer, markers, last, t0, grounding)
@@ -108,14 +109,12 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
                        params: Any, t0: float, eos: set[int] | int | None,
                        spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None) -> Answer:
     """One span per passage, the checks on each, the policy's choice; cited to its passage."""
-    from .short import decide_per_passage
-
     def processor(texts: list[str]) -> GroundedSpanProcessor:
         return span_processor(generator, cfg.prompt.refusal, eos, texts, params.max_tokens, float("inf"))
 
     policy = policies.for_question(answer.question)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor, spans, anchor)
+                                             processor, spans, anchor, check_anchor(cfg, anchor))
     return _finish_short(answer, decision, out, t0, 0)
 
 

@@ -112,7 +112,9 @@ class Generator(ABC):
             return None
         from inference.kv_reuse import locate_spans
 
-        return locate_spans(self.tokenizer, list(token_ids), texts) or None
+        # without each passage's first token: the checks' template folds a space into it, the answer
+        # prompt's does not, and they read one entry (keyed under the answer prompt's anchor)
+        return locate_spans(self.tokenizer, list(token_ids), texts, skip_first=True) or None
 
     async def agenerate_many(self, prompts: list[str] | list[list[int]], sampling_params: Any | list[Any] = None,
                              passage_spans: list[Spans | None] | None = None,

@@ -190,18 +190,19 @@ def test_cached_text_is_position_free_and_chat_follow_ups_carry_none(pipeline):
     toks = {}
     for order in (ps, ps[::-1]):
         built = prompt_mod.build(cfg, tok, "Where?", order, 1000)
-        spans = locate_spans(tok, built.token_ids, built.cached_texts(cfg))
+        spans = locate_spans(tok, built.token_ids, built.cached_texts(cfg), skip_first=True)  # as the pipeline
         assert len(spans) == 3
         for p, (s, e) in zip(built.passages, spans, strict=True):
             toks.setdefault(p.chunk_id, set()).add(tuple(built.token_ids[s:e]))
-            assert p.text in tok.decode(built.token_ids[s:e])
+            span = tok.decode(built.token_ids[s:e])  # the passage after its first token (`skip_first`)
+            assert p.text.endswith(span) and len(p.text) - len(span) <= 8, (p.text, span)
     assert all(len(v) == 1 for v in toks.values()), "a passage's span tokens depend on its position"
     turn = type("T", (), {"question": "Where?", "answer": "Velmora [1].", "passages": ps[:1]})()
     follow = prompt_mod.build(cfg, tok, "And the drone?", ps[1:], 1000, history=[turn])
     assert follow.history_turns == 1 and follow.cached_texts(cfg) == []
 
 
-def _calibrated(pipeline, tmp_path, selector: bool) -> Pipeline:
+def _calibrated(pipeline, tmp_path, selector: bool, check_kv: str = "exact") -> Pipeline:
     """Passage cache on (ratio 0.15, as the quality sweep runs it) with a local calibration entry for
     SmolLM2 that never refuses: a refusal model makes the short path ask the answerability checks
     (none is shipped for SmolLM2), and a span selector makes it decode one span per passage, the
@@ -212,6 +213,7 @@ def _calibrated(pipeline, tmp_path, selector: bool) -> Pipeline:
     cal.write_text(json.dumps({pipeline.cfg.generator.engine.model: never_refusing_entry(selector)}))
     data = engine_cfg(pipeline, enabled=True, recompute_ratio=0.15).to_dict()
     data["answer"]["calibration"] = str(cal)
+    data["answer"]["check_kv"] = check_kv
     return make(pipeline, RagConfig.model_validate(data))
 
 
@@ -294,16 +296,19 @@ def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, 
         pipe.generator.close()
 
 
+@pytest.mark.parametrize("check_kv", ["prompt", "exact"])
 @pytest.mark.parametrize("selector", [True, False], ids=["per_passage", "single_decode"])
-def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_path, selector):
-    """A cold cache, one question: the answer prompt computes its passages (no hit), and every
-    answerability check of that answer must then read its passage from the entries the prompt
-    stored (a hit per check request: only the check's question and instruction are new tokens),
-    not prefill it again under the checks' own template. Bugs caught: the checks sent without the
-    answer prompt's anchor, an anchor that is not the key the prompt stored under (e.g. one that
-    includes the first passage's title), a check that renders the passage so it tokenises
-    differently from the answer prompt (\"Passage: \" folding a space into its first token)."""
-    pipe = _calibrated(pipeline, tmp_path, selector)
+def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_path, selector, check_kv):
+    """A cold cache, one question: the answer prompt computes its passages (no hit). With
+    `answer.check_kv: prompt` every answerability check of that answer must then read its passage
+    from the entries the prompt stored (a hit per check request: only the check's question and
+    instruction are new tokens); with `exact` (the default) none may (each check computes its
+    passage under its own template, a miss stored under that key). Bugs caught: the checks sent
+    without the answer prompt's anchor, an anchor that is not the key the prompt stored under (e.g.
+    one that includes the first passage's title), spans that key a passage with its first token
+    (which \"Passage: \" folds a space into, so the check's key would differ from the prompt's), and
+    `exact` checks reading the prompt's less exact K/V."""
+    pipe = _calibrated(pipeline, tmp_path, selector, check_kv)
     try:
         gen = pipe.generator
         calls = _record_hits(gen)
@@ -312,22 +317,28 @@ def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_pat
         kinds = _by_kind(calls)  # (requests, with spans); hits counted over the whole answer below
         assert kinds["passage_check"][0] >= 1 and all(n == s for n, s, _ in kinds.values()), kinds
         st = gen.stats()
-        # a cold cache: the prompt's passages are the only misses, and each passage check reads its
-        # passage from what the prompt stored (the per-passage decodes after the first and the
-        # answer check are prefix-cache hits, not passage-store reads)
-        assert st["passage_cache_misses"] == len(a.passages), st
-        assert st["passage_cache_hits"] >= kinds["passage_check"][0], (st, kinds)
+        if check_kv == "prompt":
+            # the prompt's passages are the only misses, and each passage check reads its passage from
+            # what the prompt stored (the per-passage decodes after the first and the answer check are
+            # prefix-cache hits, not passage-store reads)
+            assert st["passage_cache_misses"] == len(a.passages), st
+            assert st["passage_cache_hits"] >= kinds["passage_check"][0], (st, kinds)
+        else:
+            assert st["passage_cache_hits"] == 0, st
+            assert st["passage_cache_misses"] >= len(a.passages) + 1, st  # the checks' own entries
     finally:
         pipe.generator.close()
 
 
 def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
-    """Long mode with engine sentence checks (`answer.long_check_min` set): a check of a sentence
+    """Long mode with engine sentence checks (`answer.long_check_min` set) and `answer.check_kv:
+    prompt`: a check of a sentence
     citing one passage must read that passage's K/V from what the long prompt stored (a hit), not
     prefill it again. Bug caught: the long grounding's checks sent without the long prompt's
     anchor (each judged sentence then re-reads its passage in full)."""
     data = engine_cfg(pipeline, enabled=True).to_dict()
     data["answer"]["long_check_min"] = -100.0  # every sentence is checked, none dropped by the check
+    data["answer"]["check_kv"] = "prompt"
     pipe = make(pipeline, RagConfig.model_validate(data))
     try:
         gen = pipe.generator
