@@ -14,8 +14,9 @@ or template simply has another name, see `inference/passage_store.py`).
 
 Each chunk is one request of the answer template cut one token after the passage (the engine
 needs a token after the last span), `max_tokens=1`, keyed under the prompt's `passage_anchor` as
-an answer prompt is. The answerability checks of a short answer name the same anchor
-(`rag/answerability.py`), so the one entry serves them too.
+an answer prompt is. In short mode with `answer.check_kv: exact` (the default) also the
+answerability check's template (`rag/answerability.py`), whose entries the checks key under their
+own template; with `prompt` the checks name the answer prompt's anchor and read its entry.
 """
 
 from __future__ import annotations
@@ -85,28 +86,43 @@ def warm_chunks(cfg: RagConfig, store: Any, collection: str) -> Iterator[Any]:
         yield c
 
 
-Request = tuple[list[int], tuple[int, int], list[int]]  # prompt, the passage's span, its key's anchor
+Request = tuple[list[int], tuple[int, int], list[int] | None]  # prompt, the passage's span, its key's anchor
 
 
-def warm_request(cfg: RagConfig, generator: Any, ch: Any) -> Request | None:
-    """The request that caches `ch` (answer prompt cut one token after the passage, its span, the
-    anchor it is keyed under), or None where the passage cannot be cached."""
+def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[Request | None]:
+    """Per template (`templates`), the request that caches `ch` (prompt cut one token after the
+    passage, its span, the anchor it is keyed under: None for the prompt's own template), or None
+    where the passage cannot be cached."""
     p = Passage.of_chunk(1, ch)
+    prompts: list[tuple[list[int], list[str], list[int] | None]]
     try:
         built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len,
                                  cfg.answer.mode)
+        prompts = [(built.token_ids, built.cached_texts(cfg.prompt), built.passage_anchor)]
     except prompt_mod.PromptTooLong:
-        return None
-    ids = built.token_ids
-    spans = generator.locate_passages(ids, built.cached_texts(cfg.prompt))
-    if not spans or spans[0][1] >= len(ids):
-        return None
-    s, e = spans[0]
-    return ids[:e + 1], (s, e), built.passage_anchor
+        prompts = [([], [], None)]
+    if _warms_checks(cfg):
+        from .answerability import check_prompt
+
+        body = prompt_mod.passage_body(cfg.prompt, p)
+        prompts.append((check_prompt(generator.encode_chat, WARM_QUESTION, body), [body], None))
+    out: list[Request | None] = []
+    for ids, texts, anchor in prompts:
+        spans = generator.locate_passages(ids, texts) if ids else None
+        if not spans or spans[0][1] >= len(ids):
+            out.append(None)
+            continue
+        s, e = spans[0]
+        out.append((ids[:e + 1], (s, e), anchor))
+    return out
+
+
+def _warms_checks(cfg: RagConfig) -> bool:
+    return cfg.answer.mode == "short" and cfg.answer.check_kv == "exact"
 
 
 def templates(cfg: RagConfig) -> list[str]:
-    return [f"answer ({cfg.answer.mode})"]
+    return [f"answer ({cfg.answer.mode})", *(["answerability check"] if _warms_checks(cfg) else [])]
 
 
 def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
@@ -119,7 +135,7 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
     report = WarmReport(chunks=len(chunks), templates=templates(cfg))
     sp = SamplingParams(max_tokens=1, temperature=0.0)
     seen: set[Path] = set()
-    pending: list[tuple[list[int], tuple[int, int], list[int], Path]] = []
+    pending: list[tuple[list[int], tuple[int, int], list[int] | None, Path]] = []
 
     def flush() -> None:
         if not pending:
@@ -134,22 +150,22 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
         pending.clear()
 
     for i, ch in enumerate(chunks):
-        req = warm_request(cfg, generator, ch)
-        if req is None:
-            report.skipped += 1
-        else:
+        for req in warm_requests(cfg, generator, ch):
+            if req is None:
+                report.skipped += 1
+                continue
             ids, span, anchor = req
             path = generator.passage_cache_file(ids, span, anchor)
             if path is None:  # not an engine with a disk-backed passage cache after all
                 raise WarmKVError("the generator has no disk-backed passage cache (passage_cache.disk_path)")
             if path in seen:  # another chunk with the same text: one entry serves both
                 report.duplicates += 1
-            elif path.exists():  # warmed by an earlier run (resuming): not loaded, not recomputed
-                seen.add(path)
+                continue
+            seen.add(path)
+            if path.exists():  # warmed by an earlier run (resuming): not loaded, not recomputed
                 report.on_disk += 1
-            else:
-                seen.add(path)
-                pending.append((ids, span, anchor, path))
+                continue
+            pending.append((ids, span, anchor, path))
         if len(pending) >= BATCH:
             flush()
         if on_progress is not None:

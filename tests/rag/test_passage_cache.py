@@ -351,3 +351,27 @@ def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
         assert st["passage_cache_hits"] >= 1, (st, kinds)
     finally:
         pipe.generator.close()
+
+
+@pytest.mark.parametrize("check_kv", ["exact", "prompt"])
+def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipeline, tmp_path, check_kv):
+    """`rag index --warm-kv` in short mode: with `answer.check_kv: exact` the checks key passages under
+    their own template, so it must warm that template too (one file per chunk each); with `prompt`
+    they read the answer prompt's entry, so a second file per chunk would be waste. Bugs caught:
+    the check template never warmed (every check of a warmed collection prefills its passage), or
+    warmed for nothing."""
+    from rag.generation import build_generator
+    from rag.warm_kv import warm
+
+    data = engine_cfg(pipeline, enabled=True, disk_path=str(tmp_path / "kv")).to_dict()
+    data["answer"].update(mode="short", check_kv=check_kv)
+    cfg = RagConfig.model_validate(data)
+    gen = build_generator(cfg.generator)
+    try:
+        report = warm(cfg, pipeline.store, gen, "default")
+    finally:
+        gen.close()
+    per_chunk = 2 if check_kv == "exact" else 1
+    assert len(report.templates) == per_chunk, report.to_dict()
+    assert report.skipped == 0 and report.warmed + report.duplicates == per_chunk * report.chunks, report.to_dict()
+    assert len(list((tmp_path / "kv").glob("*.pt"))) == report.warmed
