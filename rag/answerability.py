@@ -79,8 +79,8 @@ async def passage_check(generator: Any, question: str, passage: str, layer: int 
                         anchor: list[int] | None = None) -> tuple[float, Any]:
     """The passage check alone: its yes/no log-odds and, when `layer` is given, the hidden state a
     probe reads (None otherwise). Probe training (`eval/probe.py`) and answering share this.
-    `anchor`: the answer prompt's template before its first passage, so the passage's K/V that
-    prompt's prefill stored in the passage cache serves this check (see `_spans`)."""
+    `anchor`: the answer prompt's `passage_anchor` (`answer.check_kv: prompt`), so the passage's
+    K/V that prompt's prefill stored in the passage cache serves this check (see `_spans`)."""
     from inference.sampling_params import SamplingParams
 
     yes, no = yes_no_ids(generator.tokenizer)
