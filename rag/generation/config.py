@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference.config import EngineConfig, PassageCacheConfig
+from inference.config import EngineConfig
 
 
 class SamplingConfig(BaseModel):
@@ -55,11 +55,9 @@ class RemoteConfig(BaseModel):
 
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py).
-    # The passage KV cache is on: an answer's answerability checks read the K/V its prompt computed
-    # (only their question and instruction are new tokens), and passages that come back are reused
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(
-        model="auto", max_model_len=2048, kv_cache_memory=2.0, passage_cache=PassageCacheConfig(enabled=True)))
+    # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py)
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model="auto", max_model_len=2048,
+                                                                      kv_cache_memory=2.0))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     context_shift: bool = Field(True, description=(
         "when a long answer fills the context, keep the system prompt, drop older tokens and go on "

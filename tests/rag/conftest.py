@@ -57,8 +57,8 @@ def pipeline(corpus_dir, tmp_path_factory):
                              # bf16 for long prompts on bf16 CPUs only). The block path has its own
                              # tests in tests/inference/test_engine_gguf_blocks.py.
                              "generator.engine.dtype=float32", "generator.engine.quantization=none",
-                             # no passage KV cache (on by default): reused K/V would make an answer depend on
-                             # which tests asked before it; tests/rag/test_passage_cache.py turns it on
+                             # no passage KV cache (whatever the default): reused K/V would make an answer
+                             # depend on which tests asked before it; tests/rag/test_passage_cache.py turns it on
                              "generator.engine.passage_cache.enabled=false"])
     pipe = Pipeline.from_config(cfg)
     report = build_ingestor(cfg, pipe.store).ingest([str(corpus_dir)], progress=False)
