@@ -125,7 +125,7 @@ class LongGrounding:
     def __init__(self, generator: Any, cfg: RagConfig, answer: Answer, check_min: float | None,
                  gate: Gate | None = None, anchor: list[int] | None = None):
         self.generator = generator
-        self.anchor = anchor  # the long prompt's `passage_anchor`: a one-passage check reads its K/V
+        self.anchor = anchor  # `check_anchor` of the long prompt: a one-passage check reads its K/V
         self.gate = gate  # the short answer's decision the sentences must state (None: not gated)
         self.mode = cfg.answer.long_grounding
         self.min_overlap = cfg.answer.attribution_overlap
@@ -270,8 +270,8 @@ def check_threshold(cfg: RagConfig, entry: Any) -> float | None:
 def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any,
                   gate: Gate | None = None, anchor: list[int] | None = None) -> LongGrounding | None:
     """The grounding of one long answer, None with `long_grounding: off` (the answer as generated);
-    `gate`: the short decision it is held to (`gate.py`); `anchor`: the long prompt's
-    `passage_anchor` when it carries passage spans (the sentence checks then read its K/V)."""
+    `gate`: the short decision it is held to (`gate.py`); `anchor`: `short.check_anchor` of the long
+    prompt (with `answer.check_kv: prompt` the sentence checks then read its K/V)."""
     if cfg.answer.long_grounding == "off":
         return None
     # The check reads the yes/no candidates' log-probabilities, which a backend that does not own the

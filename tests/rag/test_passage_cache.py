@@ -7,6 +7,7 @@ each engine here is small (num_blocks) and built once for the module.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -170,6 +171,7 @@ def test_full_recompute_equals_cache_off_and_reads_the_warmed_disk(pipeline, col
         assert gen.stats()["passage_cache_misses"] == 0  # every passage came from the warm-up
     finally:
         pipe.generator.close()
+        gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
 def test_cached_text_is_position_free_and_chat_follow_ups_carry_none(pipeline):
@@ -211,7 +213,7 @@ def _calibrated(pipeline, tmp_path, selector: bool, check_kv: str = "exact") -> 
 
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({pipeline.cfg.generator.engine.model: never_refusing_entry(selector)}))
-    data = engine_cfg(pipeline, enabled=True, recompute_ratio=0.15).to_dict()
+    data = engine_cfg(pipeline, enabled=True, recompute_ratio=0.15, max_gb=0.1).to_dict()
     data["answer"]["calibration"] = str(cal)
     data["answer"]["check_kv"] = check_kv
     return make(pipeline, RagConfig.model_validate(data))
@@ -294,6 +296,7 @@ def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, 
         assert kinds["passage_check"][2] + kinds["answer_check"][2] >= 1, kinds
     finally:
         pipe.generator.close()
+        gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
 @pytest.mark.parametrize("check_kv", ["prompt", "exact"])
@@ -328,6 +331,7 @@ def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_pat
             assert st["passage_cache_misses"] >= len(a.passages) + 1, st  # the checks' own entries
     finally:
         pipe.generator.close()
+        gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
 def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
@@ -336,7 +340,7 @@ def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
     citing one passage must read that passage's K/V from what the long prompt stored (a hit), not
     prefill it again. Bug caught: the long grounding's checks sent without the long prompt's
     anchor (each judged sentence then re-reads its passage in full)."""
-    data = engine_cfg(pipeline, enabled=True).to_dict()
+    data = engine_cfg(pipeline, enabled=True, max_gb=0.1).to_dict()
     data["answer"]["long_check_min"] = -100.0  # every sentence is checked, none dropped by the check
     data["answer"]["check_kv"] = "prompt"
     pipe = make(pipeline, RagConfig.model_validate(data))
@@ -351,6 +355,7 @@ def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
         assert st["passage_cache_hits"] >= 1, (st, kinds)
     finally:
         pipe.generator.close()
+        gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
 @pytest.mark.parametrize("check_kv", ["exact", "prompt"])
@@ -363,7 +368,7 @@ def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipe
     from rag.generation import build_generator
     from rag.warm_kv import warm
 
-    data = engine_cfg(pipeline, enabled=True, disk_path=str(tmp_path / "kv")).to_dict()
+    data = engine_cfg(pipeline, enabled=True, max_gb=0.1, disk_path=str(tmp_path / "kv")).to_dict()
     data["answer"].update(mode="short", check_kv=check_kv)
     cfg = RagConfig.model_validate(data)
     gen = build_generator(cfg.generator)
@@ -371,6 +376,7 @@ def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipe
         report = warm(cfg, pipeline.store, gen, "default")
     finally:
         gen.close()
+        gc.collect()
     per_chunk = 2 if check_kv == "exact" else 1
     assert len(report.templates) == per_chunk, report.to_dict()
     assert report.skipped == 0 and report.warmed + report.duplicates == per_chunk * report.chunks, report.to_dict()
