@@ -133,8 +133,13 @@ class KVReuse:
         stored serves them (placed after their own template, like any shifted passage)."""
         if seq.passage_anchor is not None:
             return seq.passage_anchor, len(seq.passage_anchor)
-        first = next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)
+        first = KVReuse._own_template(seq)
         return seq.token_ids[:first], first
+
+    @staticmethod
+    def _own_template(seq: Sequence) -> int:
+        """Where the prompt's first passage starts (its own template ends)."""
+        return next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)
 
     def _gaps(self, start: int, end: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
         out, at = [], start
@@ -256,7 +261,7 @@ class KVReuse:
                     self.tokens_reused += e - s
         missing = self._allocate_misses(keys, spans, found)
         if missing and not self.miss_inline:
-            prefix = next(s for s, e in seq.passage_spans if e - s >= MIN_PASSAGE_TOKENS)  # own template
+            prefix = self._own_template(seq)
             ctx_slots = slots[:prefix]
             self._run_groups([(seq.token_ids[s:e], torch.arange(prefix, prefix + e - s), entry.slots,
                                torch.cat([ctx_slots, entry.slots])) for entry, s, e in missing])

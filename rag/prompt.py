@@ -86,8 +86,8 @@ class BuiltPrompt:
         """The tokens the engine's passage cache keys this prompt's passages under: the system head,
         the same for every question of a mode. What follows it up to a passage (the user template,
         markers, titles, other passages) is a neighbour the cached K/V may have attended to, not
-        part of the key; the answerability checks name the same anchor, so they read the K/V this
-        prompt computed."""
+        part of the key; with `answer.check_kv: prompt` the answerability checks name the same
+        anchor, so they read the K/V this prompt computed."""
         return self.token_ids[:self.system_tokens]
 
 
@@ -121,8 +121,8 @@ def cached_text(cfg: PromptConfig, p: Passage) -> str:
     """The part of a rendered passage that is the same wherever it is placed: its text, without the
     marker (renumbered per prompt) and the title line. This is what the engine's passage KV cache
     keys and reuses (`BuiltPrompt.cached_texts`); the answerability checks show the same text
-    (`rag.answerability`), so an answer's checks reuse the K/V its prompt computed. The title's few
-    tokens are computed with the prompt's other template tokens."""
+    (`rag.answerability`), so with `answer.check_kv: prompt` an answer's checks reuse the K/V its
+    prompt computed. The title's few tokens are computed with the prompt's other template tokens."""
     if "{text}" not in cfg.passage_template:
         return ""
     return passage_body(cfg, p).strip()
