@@ -60,14 +60,6 @@ class LLMEngine:
                              f"has {n_layers} layers (use fewer dense layers, or method: none)")
         per_block = kv_cache.bytes_per_block(n_layers, bs, self.model.num_kv_heads, self.model.head_dim, int8,
                                              self.dtype, bounded_layers=n_layers - sa.dense_layers if sa.enabled else 0)
-        if config.num_blocks is not None:
-            num_blocks = config.num_blocks
-        else:
-            budget = config.kv_cache_memory
-            budget_bytes = budget * kv_cache.free_memory_bytes(self.device) if budget <= 1 else budget * (1 << 30)
-            cap = -(-config.max_num_seqs * self.max_model_len // bs)  # more could never be used
-            num_blocks = max(1, min(int(budget_bytes // per_block), cap))
-        self.kv_bytes = num_blocks * per_block
         pc = config.passage_cache
         reuse = pc.enabled or config.cache_reuse > 0
         if reuse:  # refuse before allocating anything
@@ -77,9 +69,24 @@ class LLMEngine:
             raise ValueError(f"passage_cache.max_gb {pc.max_gb} holds no KV block (one block is "
                              f"{per_block / 2**20:.2f} MiB for this model)")
         self.passage_cache_bytes = passage_blocks * per_block
-        # the region fills as passages are cached (CPU pages on first write): refuse now what would
-        # end in an out-of-memory later, once the KV pool and the region are both in use
-        if pc.enabled and self.passage_cache_bytes > (free := kv_cache.free_memory_bytes(self.device)) - self.kv_bytes:
+        if config.num_blocks is not None:
+            num_blocks = config.num_blocks
+        else:
+            # the passage region is part of the K/V budget, not on top of it: turning the cache on
+            # takes no memory a cache-off engine would not have taken
+            budget = config.kv_cache_memory
+            budget_bytes = budget * kv_cache.free_memory_bytes(self.device) if budget <= 1 else budget * (1 << 30)
+            if self.passage_cache_bytes >= budget_bytes:
+                raise ValueError(f"passage_cache.max_gb {pc.max_gb} leaves nothing of kv_cache_memory "
+                                 f"({budget_bytes / 2**30:.2f} GiB) for the KV pool: lower max_gb or raise "
+                                 "kv_cache_memory")
+            cap = -(-config.max_num_seqs * self.max_model_len // bs)  # more could never be used
+            num_blocks = max(1, min(int((budget_bytes - self.passage_cache_bytes) // per_block), cap))
+        self.kv_bytes = num_blocks * per_block
+        # with an explicit num_blocks the region comes on top of the pool, and it fills as passages are
+        # cached (CPU pages on first write): refuse now what would end in an out-of-memory later
+        if pc.enabled and config.num_blocks is not None and \
+                self.passage_cache_bytes > (free := kv_cache.free_memory_bytes(self.device)) - self.kv_bytes:
             raise ValueError(f"passage_cache.max_gb {pc.max_gb} does not fit in memory: {free / 2**30:.1f} GiB is "
                              f"free and the KV pool takes {self.kv_bytes / 2**30:.2f} GiB of it; lower max_gb")
         self.bm = BlockManager(num_blocks, bs, config.enable_prefix_caching, track_content=config.cache_reuse > 0,

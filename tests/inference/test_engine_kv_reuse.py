@@ -353,6 +353,34 @@ def test_max_gb_beyond_memory_is_refused_at_start(engine_factory):
         engine_factory(num_blocks=16, passage_cache={"enabled": True, "max_gb": 1e5})
 
 
+def test_passage_region_is_part_of_the_kv_budget():
+    """With the pool sized by `kv_cache_memory` (no `num_blocks`), the passage region comes out of
+    that budget: an engine with the cache on takes no more K/V memory than one with it off (the rag
+    pipeline turns it on by default, and a default engine must start wherever a cache-off one
+    did). A region as large as the budget is refused, naming both keys. Bugs caught: the region
+    added on top of the budget, or the pool sized as if there were no region."""
+    import gc
+
+    from inference import LLM
+
+    budget = 1.5  # GiB (> 1: absolute); 64 sequences of 2,048 tokens would need more, so the budget binds
+    llm = LLM("smollm2", dtype="float32", quantization="none", max_model_len=2048, max_num_seqs=64,
+              kv_cache_memory=budget, passage_cache={"enabled": True, "max_gb": 0.25})
+    try:
+        eng = llm.engine
+        per_block = eng.kv_bytes / eng.bm.num_blocks
+        assert eng.passage_cache_bytes > 0
+        assert eng.kv_bytes + eng.passage_cache_bytes <= budget * 2**30
+        assert eng.kv_bytes > (budget - 0.25) * 2**30 - per_block  # the rest of the budget is the pool
+    finally:
+        del llm, eng
+        gc.collect()
+    with pytest.raises(ValueError, match=r"passage_cache.max_gb 2.* leaves nothing of kv_cache_memory"):
+        LLM("smollm2", dtype="float32", quantization="none", max_model_len=2048, kv_cache_memory=budget,
+            passage_cache={"enabled": True, "max_gb": 2.0})
+    gc.collect()
+
+
 def test_disk_cache_is_keyed_and_skips_bad_files(fresh, caplog):
     """Files are keyed by model, template (the prompt's prefix) and passage: another template is a
     miss, a file saved for another model is ignored, a corrupt one is skipped with a warning. Bug:
