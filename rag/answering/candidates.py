@@ -47,19 +47,48 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
                             processors: list[GroundedSpanProcessor],
                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
                             ) -> list[SpanCandidate]:
-    """One constrained decode per processor on the same prompt: the first alone (it fills the
-    prefix cache), the rest together (they reuse it and share decode steps). With passage `spans`
-    every decode carries them: a blended prompt is kept out of the prefix cache from its first
-    reused passage on, so without spans the later decodes would prefill the passages in full; with
-    them they reuse the passages the first one stored."""
+    """One constrained decode per processor on the same prompt: the first alone until its prefill is
+    done (it fills the prefix cache), then the rest beside it (they reuse that prefill and share its
+    decode steps). With passage `spans` every decode carries them: a blended prompt is kept out of
+    the prefix cache from its first reused passage on, so without spans the later decodes would
+    prefill the passages in full; with them they reuse the passages the first one stored.
 
-    async def one(p: GroundedSpanProcessor) -> Any:
+    Why not the rest after the first has finished: its decode steps (up to `short_max_tokens`)
+    would run alone, then the others' in a second round; one batch of k rows costs little more per
+    step than one row (the weights are read once)."""
+
+    def params_for(p: GroundedSpanProcessor) -> Any:
         sp = copy.copy(params)
         sp.logits_processors = [*(x for x in params.logits_processors if not isinstance(x, GroundedSpanProcessor)), p]
-        return await generator.agenerate(token_ids, sp, passage_spans=spans, passage_anchor=anchor)
+        return sp
+
+    async def one(p: GroundedSpanProcessor) -> Any:
+        return await generator.agenerate(token_ids, params_for(p), passage_spans=spans, passage_anchor=anchor)
 
     if not processors:
         return []
-    outs = [await one(processors[0])]
-    outs += await asyncio.gather(*(one(p) for p in processors[1:]))
+    prefilled = asyncio.Event()
+
+    async def first() -> Any:
+        last = None
+        agen = generator.astream(token_ids, params_for(processors[0]), passage_spans=spans, passage_anchor=anchor)
+        try:
+            async for last in agen:  # noqa: B007 - keep the final output
+                prefilled.set()  # its first token: the prompt is in the prefix cache
+        finally:
+            prefilled.set()
+            await agen.aclose()
+        assert last is not None
+        return last
+
+    head = asyncio.create_task(first())
+    try:
+        await prefilled.wait()
+        if head.done() and head.exception() is not None:
+            head.result()  # re-raises its error: the others would fail the same way
+        rest = await asyncio.gather(*(one(p) for p in processors[1:]))
+        outs = [await head, *rest]
+    finally:
+        if not head.done():
+            head.cancel()
     return [SpanCandidate(i, p, o, span_signals(p, i)) for i, (p, o) in enumerate(zip(processors, outs))]
