@@ -16,7 +16,9 @@ Each chunk is one request of the answer template cut one token after the passage
 needs a token after the last span), `max_tokens=1`, keyed under the prompt's `passage_anchor` as
 an answer prompt is. In short mode with `answer.check_kv: exact` (the default) also the
 answerability check's template (`rag/answerability.py`), whose entries the checks key under their
-own template; with `prompt` the checks name the answer prompt's anchor and read its entry.
+own template; with `prompt` the checks name the answer prompt's anchor and read its entry. With
+`shared` one request per chunk: the check's template, keyed under the answer prompt's anchor, as the
+checks that run before the answer store it (`rag/answering/short.py: checks_first`).
 """
 
 from __future__ import annotations
@@ -101,11 +103,15 @@ def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[Request | Non
         prompts = [(built.token_ids, built.cached_texts(cfg.prompt), built.passage_anchor)]
     except prompt_mod.PromptTooLong:
         prompts = [([], [], None)]
-    if _warms_checks(cfg):
+    if _warms_checks(cfg) or _shares_checks(cfg):
         from .answerability import check_prompt
 
         body = prompt_mod.passage_body(cfg.prompt, p)
-        prompts.append((check_prompt(generator.encode_chat, WARM_QUESTION, body), [body], None))
+        check = check_prompt(generator.encode_chat, WARM_QUESTION, body)
+        if _shares_checks(cfg):  # the one entry both read: the check's K/V under the answer's key
+            prompts = [(check, [body], prompts[0][2])] if prompts[0][0] else prompts
+        else:
+            prompts.append((check, [body], None))
     out: list[Request | None] = []
     for ids, texts, anchor in prompts:
         spans = generator.locate_passages(ids, texts) if ids else None
@@ -121,7 +127,13 @@ def _warms_checks(cfg: RagConfig) -> bool:
     return cfg.answer.mode == "short" and cfg.answer.check_kv == "exact"
 
 
+def _shares_checks(cfg: RagConfig) -> bool:
+    return cfg.answer.mode == "short" and cfg.answer.check_kv == "shared"
+
+
 def templates(cfg: RagConfig) -> list[str]:
+    if _shares_checks(cfg):
+        return ["answerability check, keyed for the answer (short)"]
     return [f"answer ({cfg.answer.mode})", *(["answerability check"] if _warms_checks(cfg) else [])]
 
 

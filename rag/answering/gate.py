@@ -81,7 +81,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     grounded-span decoder, its checks, its policy) and return it; the answer's `refusal_calibration`,
     `candidates` and check timing record it as a short answer's do. `span_processor(texts,
     max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`)."""
-    from .short import check_anchor, decide_per_passage, decide_single
+    from .short import check_anchor, checks_first, decide_per_passage, decide_single
 
     t0 = time.perf_counter()
     question = answer.standalone_question
@@ -100,7 +100,8 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
             return span_processor(ts, params.max_tokens, float("inf"))
 
         decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                               processor, spans, anchor, check_anchor(cfg, anchor))
+                                               processor, spans, anchor, check_anchor(cfg, anchor),
+                                               checks_first(cfg, anchor))
     else:
         span = span_processor(texts, params.max_tokens, policy.decoder_margin)
         params.logits_processors = [*params.logits_processors, span]

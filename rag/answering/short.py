@@ -40,8 +40,17 @@ def _first_source(text: str, bodies: list[str]) -> int | None:
 
 def check_anchor(cfg: Any, anchor: list[int] | None) -> list[int] | None:
     """What the answerability checks name as their passages' anchor: the answer prompt's
-    (`answer.check_kv: prompt`: they read the K/V it computed) or None (`exact`: their own template)."""
+    (`answer.check_kv: prompt`: they read the K/V it computed) or None (`exact`, and the checks that
+    run after the answer with `shared`: their own template)."""
     return anchor if cfg.answer.check_kv == "prompt" else None
+
+
+def checks_first(cfg: Any, anchor: list[int] | None) -> bool:
+    """`answer.check_kv: shared` with a passage cache to share through: the per-passage checks run
+    before the answer's decode, each computing its passage's K/V in its own prompt (so they read
+    exactly what the probe and the refusal model were fitted on) and storing it under the answer
+    prompt's anchor, where the answer prompt's prefill then finds every passage."""
+    return cfg.answer.check_kv == "shared" and anchor is not None
 
 
 async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,
@@ -78,25 +87,34 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
                              token_ids: list[int], params: Any,
                              processor_for: Callable[[list[str]], GroundedSpanProcessor],
                              spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None,
-                             check_anchor: list[int] | None = None) -> tuple[Decision, Any]:
+                             check_anchor: list[int] | None = None, first: bool = False) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
     in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
-    passage KV cache); `check_anchor`: what the checks name (`check_anchor`)."""
+    passage KV cache); `check_anchor`: what the checks name (`check_anchor`); `first`
+    (`checks_first`): the passage checks of every passage run before the decode, whose prompt then
+    reads the passages' K/V they stored (a passage that gives no span is checked for nothing)."""
     from ..answerability import answer_check, passage_signals
 
+    if first:  # they store each passage under the answer prompt's key; the answer check reads it back
+        check_anchor = anchor
     q = answer.standalone_question
     answer.refusal_calibration = policy.calibration
     bodies = _bodies(cfg, answer)
+    t1 = time.perf_counter()
+    # together: the engine runs them in one batch (with the passage cache and an anchor each check
+    # computes only its question and instruction, so that step would otherwise cost as much again)
+    early = await asyncio.gather(*(passage_signals(generator, q, b, policy.probe, check_anchor)
+                                   for b in bodies)) if first else None
+    check_ms = _ms(t1)
     cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans,
                                     anchor)
     for c in cands:
         _mark_cut(c.text, bodies, c.index, c.signals)
     t1 = time.perf_counter()
     live = [c for c in cands if gave_span(c.text, c.signals)]
-    # together: the engine runs their last tokens in one batch (with the passage cache each check
-    # computes only its question and instruction, so that step would otherwise cost as much again)
-    found = await asyncio.gather(*(passage_signals(generator, q, bodies[c.index], policy.probe, check_anchor) for c in live))
+    found = [early[c.index] for c in live] if early is not None else await asyncio.gather(
+        *(passage_signals(generator, q, bodies[c.index], policy.probe, check_anchor) for c in live))
     for c, signals in zip(live, found, strict=True):
         c.signals.update(signals)
     every = policy.checks_every_candidate
@@ -109,7 +127,7 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     if chosen is not None and not every:
         best = cands[chosen]
         best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip(), check_anchor)
-    answer.timings_ms["check"] = _ms(t1)
+    answer.timings_ms["check"] = check_ms + _ms(t1)
     answer.candidates = [c.to_dict() for c in cands]
     # nothing was streamed on this path: only the decoder itself may have written the refusal
     decision = policy.decide([Candidate(c.text, c.signals, c.index, c.processor.refused or says_refusal("", cfg.refusal))

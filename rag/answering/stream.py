@@ -22,7 +22,7 @@ from ..loops import is_looping
 from .gate import gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
-from .short import check_anchor, decide_per_passage, decide_single
+from .short import check_anchor, checks_first, decide_per_passage, decide_single
 
 if TYPE_CHECKING:
     from ..config import RagConfig
@@ -114,7 +114,8 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
 
     policy = policies.for_question(answer.question)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor, spans, anchor, check_anchor(cfg, anchor))
+                                             processor, spans, anchor, check_anchor(cfg, anchor),
+                                             checks_first(cfg, anchor))
     return _finish_short(answer, decision, out, t0, 0)
 
 

@@ -55,9 +55,11 @@ class RemoteConfig(BaseModel):
 
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py)
-    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(model="auto", max_model_len=2048,
-                                                                      kv_cache_memory=2.0))
+    # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py);
+    # the passage KV cache on, with a region inside the 2 GiB K/V budget: the answerability checks
+    # compute each passage once and the answer prompt reads it (`answer.check_kv: shared`)
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig(
+        model="auto", max_model_len=2048, kv_cache_memory=2.0, passage_cache={"enabled": True, "max_gb": 0.25}))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     context_shift: bool = Field(True, description=(
         "when a long answer fills the context, keep the system prompt, drop older tokens and go on "

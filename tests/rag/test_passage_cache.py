@@ -299,7 +299,7 @@ def test_second_question_reuses_passages_in_its_checks_and_its_answer(pipeline, 
         gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
-@pytest.mark.parametrize("check_kv", ["prompt", "exact"])
+@pytest.mark.parametrize("check_kv", ["prompt", "exact", "shared"])
 @pytest.mark.parametrize("selector", [True, False], ids=["per_passage", "single_decode"])
 def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_path, selector, check_kv):
     """A cold cache, one question: the answer prompt computes its passages (no hit). With
@@ -310,7 +310,10 @@ def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_pat
     without the answer prompt's anchor, an anchor that is not the key the prompt stored under (e.g.
     one that includes the first passage's title), spans that key a passage with its first token
     (which \"Passage: \" folds a space into, so the check's key would differ from the prompt's), and
-    `exact` checks reading the prompt's less exact K/V."""
+    `exact` checks reading the prompt's less exact K/V. With `shared` and one decode per passage the
+    order turns round: every passage check runs first and computes its passage (the only misses),
+    and the answer prompt reads them all (bugs caught: the decode before the checks, the checks
+    keyed under their own template so the prompt misses); with one decode `shared` is `exact`."""
     pipe = _calibrated(pipeline, tmp_path, selector, check_kv)
     try:
         gen = pipe.generator
@@ -326,12 +329,41 @@ def test_an_answers_checks_read_the_passages_its_prompt_stored(pipeline, tmp_pat
             # prefix-cache hits, not passage-store reads)
             assert st["passage_cache_misses"] == len(a.passages), st
             assert st["passage_cache_hits"] >= kinds["passage_check"][0], (st, kinds)
+        elif check_kv == "shared" and selector:
+            n = len(a.passages)
+            assert [k for k, _, _ in calls[:n]] == ["passage_check"] * n, calls  # every passage, first
+            assert st["passage_cache_misses"] == n, st
+            assert kinds["passage_check"][2] == 0 and kinds["answer"][2] >= n, kinds
         else:
             assert st["passage_cache_hits"] == 0, st
             assert st["passage_cache_misses"] >= len(a.passages) + 1, st  # the checks' own entries
     finally:
         pipe.generator.close()
         gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
+
+
+def test_shared_checks_score_what_exact_checks_score(pipeline, tmp_path):
+    """`answer.check_kv: shared` exists to keep the checks exact while the answer prompt reuses their
+    K/V: each passage check's log-odds must be those of the `exact` run (only the K rotation between
+    the two keys' positions may move them), while `prompt` checks, which read the answer prompt's
+    K/V, differ. Bugs caught: shared checks that read an entry the answer prompt stored (e.g. the
+    decode run first), or an entry placed at the wrong position when read back."""
+    from rag.answering.signals import CHECK_PASSAGE
+
+    odds = {}
+    for check_kv in ("exact", "shared", "prompt"):
+        pipe = _calibrated(pipeline, tmp_path, True, check_kv)
+        try:
+            a = pipe.ask(TWO_ISLANDS, mode="short")
+            odds[check_kv] = {c["passage"]: c["signals"][CHECK_PASSAGE] for c in a.candidates
+                              if CHECK_PASSAGE in c["signals"]}
+        finally:
+            pipe.generator.close()
+            gc.collect()
+    both = set(odds["exact"]) & set(odds["shared"])
+    assert both, odds
+    assert all(abs(odds["shared"][i] - odds["exact"][i]) < 0.02 for i in both), odds
+    assert any(abs(odds["prompt"][i] - odds["exact"][i]) > 0.02 for i in set(odds["prompt"]) & both), odds
 
 
 def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
@@ -358,13 +390,15 @@ def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
         gc.collect()  # the recorders' closures hold the engine in a cycle: free its pools now
 
 
-@pytest.mark.parametrize("check_kv", ["exact", "prompt"])
+@pytest.mark.parametrize("check_kv", ["exact", "prompt", "shared"])
 def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipeline, tmp_path, check_kv):
     """`rag index --warm-kv` in short mode: with `answer.check_kv: exact` the checks key passages under
     their own template, so it must warm that template too (one file per chunk each); with `prompt`
-    they read the answer prompt's entry, so a second file per chunk would be waste. Bugs caught:
-    the check template never warmed (every check of a warmed collection prefills its passage), or
-    warmed for nothing."""
+    they read the answer prompt's entry, so a second file per chunk would be waste; with `shared`
+    one file per chunk, the check's K/V under the answer prompt's key, which a short answer then
+    reads without a miss. Bugs caught: the check template never warmed (every check of a warmed
+    collection prefills its passage), warmed for nothing, or (shared) warmed under a key the
+    answer does not look up."""
     from rag.generation import build_generator
     from rag.warm_kv import warm
 
@@ -381,3 +415,13 @@ def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipe
     assert len(report.templates) == per_chunk, report.to_dict()
     assert report.skipped == 0 and report.warmed + report.duplicates == per_chunk * report.chunks, report.to_dict()
     assert len(list((tmp_path / "kv").glob("*.pt"))) == report.warmed
+    if check_kv == "shared":  # what a short answer reads from that disk: every passage, no miss
+        data["answer"]["calibration"] = str(tmp_path / "none.json")  # no entry: one decode, no checks
+        pipe = make(pipeline, RagConfig.model_validate(data))
+        try:
+            a = pipe.ask(TWO_ISLANDS, mode="short")
+            st = pipe.generator.stats()
+            assert st["passage_cache_misses"] == 0 and st["passage_cache_disk_hits"] >= len(a.passages), st
+        finally:
+            pipe.generator.close()
+            gc.collect()
