@@ -141,6 +141,9 @@ class CalibrationEntry:
     probe: AnswerabilityProbe | None = None
     refuse_margin: float | None = None
     refuse_min_logprob: float | None = None
+    # what `answer.check_kv: auto` means for this model: the setting its entry was measured to answer
+    # as well with (`shared` saves the answer prompt's passages; None: `exact`)
+    check_kv: str | None = None
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -152,7 +155,7 @@ class CalibrationEntry:
         return cls(RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None,
                    SpanSelector.from_dict(entry["span_selector"])  # type: ignore[arg-type]
                    if "span_selector" in entry else None,
-                   probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"))
+                   probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"), entry.get("check_kv"))
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

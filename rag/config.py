@@ -62,15 +62,16 @@ class AnswerConfig(BaseModel):
         "grounded short mode: ask the model whether the passage holding the span answers the question "
         "(two one-token prompts) when a calibrated refusal model for the generator will weigh them (or while "
         "`rag eval calibrate` runs)"))
-    check_kv: Literal["exact", "prompt", "shared"] = Field("shared", description=(
+    check_kv: Literal["auto", "exact", "prompt", "shared"] = Field("auto", description=(
         "the answerability checks' passage K/V (with generator.engine.passage_cache on; off, every check "
-        "is exact and computes its passage). shared (default): one decode per passage runs its checks "
-        "first, each computing its passage's K/V in its own prompt, and the answer prompt reads it (checks "
-        "exact, the answer prompt's prefill ~5x shorter; SQuAD dev 100 with the 1.5B: same F1, better "
-        "refusals, p50 -26%, docs/results.md); checks that run after the answer (one decode, long mode) are "
-        "exact. exact: the checks compute their passage under their own template and the answer prompt its "
-        "own. prompt: the checks read what the answer prompt computed (checks ~2x faster, less exact: F1 "
-        "-0.02)"))
+        "is exact and computes its passage). auto (default): what the generator's calibration entry names "
+        "(shared for the shipped 1.5B, exact for the 0.5B and where none is named). shared: one decode per "
+        "passage runs its checks first, each computing its passage's K/V in its own prompt, and the "
+        "answer prompt reads it (checks exact, the answer prompt's prefill ~5x shorter; SQuAD dev 100 "
+        "with the 1.5B: F1 0.605 -> 0.610, p50 -30%; with the 0.5B F1 0.398 -> 0.355, docs/results.md); "
+        "checks that run after the answer (one decode, long mode) are exact. exact: the checks compute "
+        "their passage under their own template and the answer prompt its own. prompt: the checks read "
+        "what the answer prompt computed (checks ~2x faster, less exact: F1 -0.02)"))
     per_passage: bool | None = Field(None, description=(
         "grounded short mode: decode one span per passage, check each and give the one the calibrated span "
         "selector scores best (citing the passage it came from); null: when the calibration entry of the "

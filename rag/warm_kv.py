@@ -14,7 +14,7 @@ or template simply has another name, see `inference/passage_store.py`).
 
 Each chunk is one request of the answer template cut one token after the passage (the engine
 needs a token after the last span), `max_tokens=1`, keyed under the prompt's `passage_anchor` as
-an answer prompt is. In short mode with `answer.check_kv: exact` (the default) also the
+an answer prompt is. In short mode with `answer.check_kv: exact` also the
 answerability check's template (`rag/answerability.py`), whose entries the checks key under their
 own template; with `prompt` the checks name the answer prompt's anchor and read its entry. With
 `shared` one request per chunk: the check's template, keyed under the answer prompt's anchor, as the
@@ -91,10 +91,10 @@ def warm_chunks(cfg: RagConfig, store: Any, collection: str) -> Iterator[Any]:
 Request = tuple[list[int], tuple[int, int], list[int] | None]  # prompt, the passage's span, its key's anchor
 
 
-def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[Request | None]:
+def warm_requests(cfg: RagConfig, generator: Any, ch: Any, check_kv: str) -> list[Request | None]:
     """Per template (`templates`), the request that caches `ch` (prompt cut one token after the
     passage, its span, the anchor it is keyed under: None for the prompt's own template), or None
-    where the passage cannot be cached."""
+    where the passage cannot be cached. `check_kv`: the resolved `answer.check_kv` (`resolved_check_kv`)."""
     p = Passage.of_chunk(1, ch)
     prompts: list[tuple[list[int], list[str], list[int] | None]]
     try:
@@ -103,12 +103,12 @@ def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[Request | Non
         prompts = [(built.token_ids, built.cached_texts(cfg.prompt), built.passage_anchor)]
     except prompt_mod.PromptTooLong:
         prompts = [([], [], None)]
-    if _warms_checks(cfg) or _shares_checks(cfg):
+    if _warms_checks(cfg, check_kv) or _shares_checks(cfg, check_kv):
         from .answerability import check_prompt
 
         body = prompt_mod.passage_body(cfg.prompt, p)
         check = check_prompt(generator.encode_chat, WARM_QUESTION, body)
-        if _shares_checks(cfg):  # the one entry both read: the check's K/V under the answer's key
+        if _shares_checks(cfg, check_kv):  # the one entry both read: the check's K/V under the answer's key
             prompts = [(check, [body], prompts[0][2])] if prompts[0][0] else prompts
         else:
             prompts.append((check, [body], None))
@@ -123,18 +123,25 @@ def warm_requests(cfg: RagConfig, generator: Any, ch: Any) -> list[Request | Non
     return out
 
 
-def _warms_checks(cfg: RagConfig) -> bool:
-    return cfg.answer.mode == "short" and cfg.answer.check_kv == "exact"
+def resolved_check_kv(cfg: RagConfig) -> str:
+    """`answer.check_kv` as the generator's policy resolves it (`auto`: its calibration entry's)."""
+    from .answering.policy import Policies
+
+    return Policies(cfg).for_question("").check_kv
 
 
-def _shares_checks(cfg: RagConfig) -> bool:
-    return cfg.answer.mode == "short" and cfg.answer.check_kv == "shared"
+def _warms_checks(cfg: RagConfig, check_kv: str) -> bool:
+    return cfg.answer.mode == "short" and check_kv == "exact"
 
 
-def templates(cfg: RagConfig) -> list[str]:
-    if _shares_checks(cfg):
+def _shares_checks(cfg: RagConfig, check_kv: str) -> bool:
+    return cfg.answer.mode == "short" and check_kv == "shared"
+
+
+def templates(cfg: RagConfig, check_kv: str) -> list[str]:
+    if _shares_checks(cfg, check_kv):
         return ["answerability check, keyed for the answer (short)"]
-    return [f"answer ({cfg.answer.mode})", *(["answerability check"] if _warms_checks(cfg) else [])]
+    return [f"answer ({cfg.answer.mode})", *(["answerability check"] if _warms_checks(cfg, check_kv) else [])]
 
 
 def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
@@ -144,7 +151,8 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
 
     check_warmable(cfg)
     chunks = list(warm_chunks(cfg, store, collection))
-    report = WarmReport(chunks=len(chunks), templates=templates(cfg))
+    check_kv = resolved_check_kv(cfg)
+    report = WarmReport(chunks=len(chunks), templates=templates(cfg, check_kv))
     sp = SamplingParams(max_tokens=1, temperature=0.0)
     seen: set[Path] = set()
     pending: list[tuple[list[int], tuple[int, int], list[int] | None, Path]] = []
@@ -162,7 +170,7 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
         pending.clear()
 
     for i, ch in enumerate(chunks):
-        for req in warm_requests(cfg, generator, ch):
+        for req in warm_requests(cfg, generator, ch, check_kv):
             if req is None:
                 report.skipped += 1
                 continue

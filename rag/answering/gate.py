@@ -100,8 +100,8 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
             return span_processor(ts, params.max_tokens, float("inf"))
 
         decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                               processor, spans, anchor, check_anchor(cfg, anchor),
-                                               checks_first(cfg, anchor))
+                                               processor, spans, anchor, check_anchor(policy.check_kv, anchor),
+                                               checks_first(policy.check_kv, anchor))
     else:
         span = span_processor(texts, params.max_tokens, policy.decoder_margin)
         params.logits_processors = [*params.logits_processors, span]
@@ -110,7 +110,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
         markers.feed(out.outputs[0].text)
         markers.flush()
         decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span,
-                                       check_anchor(cfg, anchor))
+                                       check_anchor(policy.check_kv, anchor))
     answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
     answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
     marker = None if decision.citation is None else answer.passages[decision.citation].marker

@@ -165,6 +165,17 @@ class ShortAnswerPolicy:
         return ac.per_passage if ac.per_passage is not None else self.entry.span_selector is not None
 
     @property
+    def check_kv(self) -> str:
+        """`answer.check_kv` for this generator: as configured, or with `auto` what its calibration
+        entry names (`exact` where it names nothing). Why per model: reading passages the checks
+        computed costs the 1.5B nothing measurable in its answers but the 0.5B several spans
+        (docs/results.md, "Checks first")."""
+        ac = self.answer.check_kv
+        if ac != "auto":
+            return ac
+        return self.entry.check_kv if self.entry.check_kv in ("exact", "prompt", "shared") else "exact"
+
+    @property
     def checks_every_candidate(self) -> bool:
         """The answer check is one more prompt per candidate: only the chosen span needs it (for the
         refusal) unless the selector reads it or a calibration run records every signal."""

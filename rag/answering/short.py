@@ -38,19 +38,20 @@ def _first_source(text: str, bodies: list[str]) -> int | None:
     return src[0] if src else None
 
 
-def check_anchor(cfg: Any, anchor: list[int] | None) -> list[int] | None:
-    """What the answerability checks name as their passages' anchor: the answer prompt's
-    (`answer.check_kv: prompt`: they read the K/V it computed) or None (`exact`, and the checks that
-    run after the answer with `shared`: their own template)."""
-    return anchor if cfg.answer.check_kv == "prompt" else None
+def check_anchor(check_kv: str, anchor: list[int] | None) -> list[int] | None:
+    """What the answerability checks that run after the answer name as their passages' anchor
+    (`check_kv`: the policy's resolved `answer.check_kv`): the answer prompt's (`prompt`: they read
+    the K/V it computed) or None (`exact`, and `shared` for checks after the answer: their own
+    template)."""
+    return anchor if check_kv == "prompt" else None
 
 
-def checks_first(cfg: Any, anchor: list[int] | None) -> bool:
-    """`answer.check_kv: shared` with a passage cache to share through: the per-passage checks run
-    before the answer's decode, each computing its passage's K/V in its own prompt (so they read
-    exactly what the probe and the refusal model were fitted on) and storing it under the answer
-    prompt's anchor, where the answer prompt's prefill then finds every passage."""
-    return cfg.answer.check_kv == "shared" and anchor is not None
+def checks_first(check_kv: str, anchor: list[int] | None) -> bool:
+    """`shared` with a passage cache to share through: the per-passage checks run before the
+    answer's decode, each computing its passage's K/V in its own prompt (so they read exactly what
+    the probe and the refusal model were fitted on) and storing it under the answer prompt's anchor,
+    where the answer prompt's prefill then finds every passage."""
+    return check_kv == "shared" and anchor is not None
 
 
 async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,

@@ -62,8 +62,8 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
                 return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
 
             gate = await short_gate(generator, cfg, policies, answer, processor)
-        grounding = grounding_for(generator, cfg, answer, policies.for_question(answer.question).entry, gate,
-                                  check_anchor(cfg, anchor))
+        policy = policies.for_question(answer.question)
+        grounding = grounding_for(generator, cfg, answer, policy.entry, gate, check_anchor(policy.check_kv, anchor))
         if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited
             gate.decision.apply(answer)
             answer.grounding = grounding.metadata() if grounding is not None else {}
@@ -94,7 +94,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
     if short:
         span = next((p for p in params.logits_processors if isinstance(p, GroundedSpanProcessor)), None)
         decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span,
-                                       check_anchor(cfg, anchor))
+                                       check_anchor(policies.for_question(answer.question).check_kv, anchor))
         final = _finish_short(answer, decision, last, t0, markers.removed)
     else:
         final = _finish_long(cfg, answer, markers, last, t0, grounding)
@@ -114,8 +114,8 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
 
     policy = policies.for_question(answer.question)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor, spans, anchor, check_anchor(cfg, anchor),
-                                             checks_first(cfg, anchor))
+                                             processor, spans, anchor, check_anchor(policy.check_kv, anchor),
+                                             checks_first(policy.check_kv, anchor))
     return _finish_short(answer, decision, out, t0, 0)
 
 

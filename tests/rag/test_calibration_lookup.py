@@ -103,3 +103,30 @@ def test_calibration_records_the_languages_of_its_questions():
     zh = [SimpleNamespace(question="這個島國的首都是哪裡？")] * 3
     assert _languages(en + zh) == ["en", "zh"]
     assert _languages(en * 2 + zh[:1]) == ["en"]  # one Chinese question in 15 is not a calibration for Chinese
+
+
+def test_check_kv_auto_follows_the_models_entry(tmp_path, monkeypatch):
+    """`answer.check_kv: auto` (the default) is what the generator's calibration entry names: the
+    shipped 1.5B entry shares the checks' passage K/V with the answer prompt, the 0.5B's does not
+    (it lost spans that way, docs/results.md), an entry naming nothing (a user's own calibration,
+    SmolLM2) is `exact`, and a configured value beats the entry. Bugs caught: `auto` passed on
+    unresolved (no path matches it: the checks would silently never share, or share everywhere),
+    the shipped choice lost from the file, or the user's setting ignored."""
+    from rag.answering.policy import ShortAnswerPolicy
+    from rag.config import AnswerConfig
+
+    assert AnswerConfig().check_kv == "auto"
+    local = tmp_path / "none.json"
+    shipped = {m: cal.load_entry(local, m).check_kv for m in ("qwen2.5-1.5b", "qwen2.5-0.5b")}
+    assert shipped == {"qwen2.5-1.5b": "shared", "qwen2.5-0.5b": "exact"}
+
+    def resolved(entry: cal.CalibrationEntry, check_kv: str = "auto") -> str:
+        return ShortAnswerPolicy(entry, AnswerConfig(check_kv=check_kv)).check_kv
+
+    assert resolved(cal.load_entry(local, "qwen2.5-1.5b")) == "shared"
+    assert resolved(cal.load_entry(local, "qwen2.5-0.5b")) == "exact"
+    assert resolved(cal.load_entry(local, "smollm2")) == "exact"
+    assert resolved(cal.load_entry(local, "qwen2.5-1.5b"), "exact") == "exact"
+    assert resolved(cal.CalibrationEntry(check_kv="prompt"), "shared") == "shared"
+    cal.save_thresholds(local, "qwen2.5-1.5b", {"check_kv": "prompt"})
+    assert resolved(cal.load_entry(local, "qwen2.5-1.5b")) == "prompt"  # the local file's entry
