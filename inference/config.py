@@ -18,8 +18,8 @@ class PassageCacheConfig(BaseModel):
 
     `max_gb` is the passage region of the KV pool (its own LRU, separate from the prefix cache, so
     a full passage cache never takes blocks a request needs). It is part of `kv_cache_memory`: the
-    pool for requests gets the rest of that budget (with an explicit `num_blocks` it comes on top). `recompute_ratio` of the reused
-    passage tokens (those whose K/V on `check_layer`, 0-based, deviate most from a full prefill)
+    pool for requests gets the rest of that budget (with an explicit `num_blocks` it comes on top).
+    `recompute_ratio` of the reused passage tokens (those whose K/V on `check_layer`, 0-based, deviate most from a full prefill)
     are recomputed on the later layers: 1.0 is a full prefill, 0 pure reuse (the default: on the
     1.5B, SQuAD dev 100 with a warm cache at hit rate 0.95 kept F1 and refusals at 0, and 0 gives
     the 5.7x TTFT where 0.15 gives 2.5x; docs/results.md). `disk_path` keeps

@@ -103,8 +103,8 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     answer.refusal_calibration = policy.calibration
     bodies = _bodies(cfg, answer)
     t1 = time.perf_counter()
-    # together: the engine runs them in one batch (with the passage cache and an anchor each check
-    # computes only its question and instruction, so that step would otherwise cost as much again)
+    # together, so the engine prefills them in one batch; each computes its passage (or reads it
+    # from an earlier question's check) and leaves it stored for the decode's prompt
     early = await asyncio.gather(*(passage_signals(generator, q, b, policy.probe, check_anchor)
                                    for b in bodies)) if first else None
     check_ms = _ms(t1)
@@ -114,6 +114,8 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
         _mark_cut(c.text, bodies, c.index, c.signals)
     t1 = time.perf_counter()
     live = [c for c in cands if gave_span(c.text, c.signals)]
+    # together: the engine runs their last tokens in one batch (with the passage cache each `prompt`
+    # check computes only its question and instruction, so that step would otherwise cost as much again)
     found = [early[c.index] for c in live] if early is not None else await asyncio.gather(
         *(passage_signals(generator, q, bodies[c.index], policy.probe, check_anchor) for c in live))
     for c, signals in zip(live, found, strict=True):

@@ -56,8 +56,9 @@ class RemoteConfig(BaseModel):
 class GeneratorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # model "auto": the largest installed catalogue model fast enough here (rag/generation/auto_model.py);
-    # the passage KV cache on, with a region inside the 2 GiB K/V budget: the answerability checks
-    # compute each passage once and the answer prompt reads it (`answer.check_kv: shared`)
+    # the passage KV cache on, with a region inside the 2 GiB K/V budget: passages recur across
+    # questions, and with `answer.check_kv` resolving to shared (the 1.5B) the answerability checks
+    # compute each passage once and the answer prompt reads it
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig(
         model="auto", max_model_len=2048, kv_cache_memory=2.0, passage_cache={"enabled": True, "max_gb": 0.25}))
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
