@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +35,17 @@ class SpanCandidate:
     processor: GroundedSpanProcessor
     output: Any  # the engine's RequestOutput
     signals: dict[str, float] = field(default_factory=dict)
+    complete: bool = True  # False: stopped after its first token (`decode_best_first`)
 
     @property
     def text(self) -> str:
         return self.processor.answer_text()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passage": self.index, "span": self.text, "signals": dict(self.signals)}
+        out: dict[str, Any] = {"passage": self.index, "span": self.text, "signals": dict(self.signals)}
+        if not self.complete:
+            out["complete"] = False
+        return out
 
 
 async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
@@ -58,9 +63,7 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
     step than one row (the weights are read once)."""
 
     def params_for(p: GroundedSpanProcessor) -> Any:
-        sp = copy.copy(params)
-        sp.logits_processors = [*(x for x in params.logits_processors if not isinstance(x, GroundedSpanProcessor)), p]
-        return sp
+        return _with_processor(params, p)
 
     async def one(p: GroundedSpanProcessor) -> Any:
         return await generator.agenerate(token_ids, params_for(p), passage_spans=spans, passage_anchor=anchor)
@@ -92,3 +95,82 @@ async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
         if not head.done():
             head.cancel()
     return [SpanCandidate(i, p, o, span_signals(p, i)) for i, (p, o) in enumerate(zip(processors, outs))]
+
+
+async def decode_best_first(generator: Any, token_ids: list[int], params: Any,
+                            processor_for: Callable[[int], GroundedSpanProcessor], n: int,
+                            order: Callable[[list[SpanCandidate]], list[int] | None],
+                            live: Callable[[SpanCandidate], bool],
+                            spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
+                            ) -> list[SpanCandidate]:
+    """`decode_candidates` for a choice that is known after each candidate's first token: every
+    decode runs to its first token (the first alone until prefilled, as there), `order` ranks them
+    from what they hold then (None: it cannot, and every decode runs to its end), and only the best
+    goes on to its end; the others stop there (`complete` False). When the best turns out not
+    `live`, the next in order is decoded in full (again from the prefix cache), and so on, so the
+    candidate given is the one a full decode of all would have chosen.
+
+    Why: the per-passage decodes ran together for up to `short_max_tokens` steps, and a step of k
+    rows costs ~2.5x a step of one on two AVX2 cores (the 1.5B: 92 vs 37 ms at k = 5), while the
+    choice (the shipped selectors read the first token's margin, the probe and the rank) never
+    needed the others' whole spans."""
+    procs = [processor_for(i) for i in range(n)]
+    streams: list[Any] = []  # opened one by one: an engine's `astream` submits its request at once
+    outs: list[Any] = [None] * n
+    ended = [False] * n
+
+    async def advance(i: int) -> None:
+        try:
+            outs[i] = await streams[i].__anext__()
+        except StopAsyncIteration:
+            ended[i] = True
+
+    def open_(i: int) -> None:
+        streams.append(generator.astream(token_ids, _with_processor(params, procs[i]), passage_spans=spans,
+                                         passage_anchor=anchor))
+
+    async def drain(i: int) -> None:
+        async for out in streams[i]:
+            outs[i] = out
+        ended[i] = True
+
+    try:
+        if n:
+            open_(0)
+            await advance(0)  # its prefill fills the prefix cache the others then hit
+            for i in range(1, n):
+                open_(i)
+            await asyncio.gather(*(advance(i) for i in range(1, n)))
+        for i in range(n):  # a stream yields its last output, then ends: see which have ended
+            if outs[i] is not None and outs[i].finished:
+                ended[i] = True
+        cands = [SpanCandidate(i, p, outs[i], span_signals(p, i)) for i, p in enumerate(procs)]
+        ranked = order(cands)
+        go_on = list(range(n)) if ranked is None else ranked[:1]
+        for i in range(n):
+            if i not in go_on and not ended[i]:
+                await streams[i].aclose()  # aborts its request
+                cands[i].complete = False
+        for i in go_on:
+            if not ended[i]:
+                await drain(i)
+            cands[i] = SpanCandidate(i, procs[i], outs[i], span_signals(procs[i], i))
+        if ranked is not None:
+            for i in ranked:
+                if not cands[i].complete:  # stopped early: decode it in full now
+                    p = processor_for(i)
+                    out = await generator.agenerate(token_ids, _with_processor(params, p), passage_spans=spans,
+                                                    passage_anchor=anchor)
+                    cands[i] = SpanCandidate(i, p, out, span_signals(p, i))
+                if live(cands[i]):
+                    break
+        return cands
+    finally:
+        for st in streams:
+            await st.aclose()
+
+
+def _with_processor(params: Any, p: GroundedSpanProcessor) -> Any:
+    sp = copy.copy(params)
+    sp.logits_processors = [*(x for x in params.logits_processors if not isinstance(x, GroundedSpanProcessor)), p]
+    return sp

@@ -24,7 +24,16 @@ from ..calibration import CalibrationEntry, RefusalModel, SpanSelector, calibrat
 from ..citations import to_citation
 from ..config import AnswerConfig
 from ..prompt import DEFAULT_REFUSAL
-from .signals import CHECK_ANSWER, CUT_NUMBER, MARGIN, MIN_LOGPROB, P_UNANSWERABLE, SPAN_TOKENS, gave_span
+from .signals import (
+    CHECK_ANSWER,
+    CUT_NUMBER,
+    FIRST_TOKEN_FEATURES,
+    MARGIN,
+    MIN_LOGPROB,
+    P_UNANSWERABLE,
+    SPAN_TOKENS,
+    gave_span,
+)
 
 if TYPE_CHECKING:
     from retrieval.types import Candidate as Retrieved
@@ -174,6 +183,24 @@ class ShortAnswerPolicy:
         if ac != "auto":
             return ac
         return self.entry.check_kv if self.entry.check_kv in ("exact", "prompt", "shared") else "exact"
+
+    @property
+    def chooses_at_first_token(self) -> bool:
+        """Whether the choice among per-passage candidates is known once each has its first token:
+        a selector reading only the first token's margin, the passage checks and the rank (the
+        shipped ones), outside a calibration run (which records every candidate whole)."""
+        return (not self.record and self.selector is not None and not self.checks_every_candidate
+                and set(self.selector.features) <= FIRST_TOKEN_FEATURES)
+
+    def first_token_order(self, signals: Sequence[dict[str, float]]) -> list[int] | None:
+        """Candidate indices best first by the selector (ties: the better-ranked passage), as
+        `choose` would rank them; None when one lacks a feature (`choose` then falls back)."""
+        if self.selector is None:
+            return None
+        scores = [self.selector.score(s) for s in signals]
+        if any(x is None for x in scores):
+            return None
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # type: ignore[operator]
 
     @property
     def checks_every_candidate(self) -> bool:

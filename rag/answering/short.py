@@ -18,7 +18,7 @@ from inference.structured import GroundedSpanProcessor, span_sources
 from .. import prompt as prompt_mod
 from ..answer import Answer
 from ..prompt import PromptConfig
-from .candidates import decode_candidates
+from .candidates import SpanCandidate, decode_best_first, decode_candidates
 from .policy import Candidate, Decision, Policies, ShortAnswerPolicy, says_refusal
 from .signals import CHECK_ANSWER, CUT_NUMBER, cut_from_number, gave_span, span_signals
 
@@ -108,12 +108,22 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     early = await asyncio.gather(*(passage_signals(generator, q, b, policy.probe, check_anchor)
                                    for b in bodies)) if first else None
     check_ms = _ms(t1)
-    cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans,
-                                    anchor)
+    if early is not None and policy.chooses_at_first_token:
+        def is_live(c: SpanCandidate) -> bool:
+            _mark_cut(c.text, bodies, c.index, c.signals)
+            return gave_span(c.text, c.signals)
+
+        cands = await decode_best_first(generator, token_ids, params, lambda i: processor_for([bodies[i]]),
+                                        len(bodies), lambda cs: policy.first_token_order(
+                                            [{**c.signals, **early[c.index]} for c in cs]), is_live, spans, anchor)
+    else:
+        cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans,
+                                        anchor)
     for c in cands:
-        _mark_cut(c.text, bodies, c.index, c.signals)
+        if c.complete:
+            _mark_cut(c.text, bodies, c.index, c.signals)
     t1 = time.perf_counter()
-    live = [c for c in cands if gave_span(c.text, c.signals)]
+    live = [c for c in cands if c.complete and gave_span(c.text, c.signals)]
     # together: the engine runs their last tokens in one batch (with the passage cache each `prompt`
     # check computes only its question and instruction, so that step would otherwise cost as much again)
     found = [early[c.index] for c in live] if early is not None else await asyncio.gather(
@@ -126,7 +136,9 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
                                       for c in live))
         for c, o in zip(live, odds, strict=True):
             c.signals[CHECK_ANSWER] = o
-    chosen = policy.choose(cands)
+    done = [c for c in cands if c.complete]  # the others stopped after their first token: not candidates
+    k = policy.choose(done)
+    chosen = done[k].index if k is not None else None
     if chosen is not None and not every:
         best = cands[chosen]
         best.signals[CHECK_ANSWER] = await answer_check(generator, q, bodies[best.index], best.text.strip(), check_anchor)

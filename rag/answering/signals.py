@@ -27,6 +27,9 @@ CHECK_ANSWER = "check_answer"  # log-odds "the passage states this is the answer
 CHECK_PROBE = "check_probe"  # the linear probe on the passage check's hidden state
 # the refusal model's output, recorded with the answer
 P_UNANSWERABLE = "p_unanswerable"
+# what a per-passage candidate holds once its first token is decoded (the checks ran before it):
+# a selector reading only these has chosen before any span is finished
+FIRST_TOKEN_FEATURES = frozenset({MARGIN, PASSAGE_RANK, CHECK_PASSAGE, CHECK_PROBE})
 
 # What `rag eval calibrate` fits the refusal model on (those every point carries).
 REFUSAL_FEATURES = (MARGIN, MIN_LOGPROB, SPAN_LOGPROB, CHECK_PASSAGE, CHECK_ANSWER, CHECK_PROBE)

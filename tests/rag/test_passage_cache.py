@@ -366,6 +366,36 @@ def test_shared_checks_score_what_exact_checks_score(pipeline, tmp_path):
     assert any(abs(odds["prompt"][i] - odds["exact"][i]) > 0.02 for i in set(odds["prompt"]) & both), odds
 
 
+def test_best_first_decode_gives_what_full_decodes_choose(pipeline, tmp_path, monkeypatch):
+    """With the checks first and a selector that reads only first-token features, the candidates
+    stop after their first token except the best (`decode_best_first`); the answer must be the one
+    decoding every candidate to its end chooses, on the same inputs, for fewer generated tokens.
+    Bugs caught: a ranking that differs from `choose` (another span given), stopped candidates
+    treated as live, nothing stopped, or a request left running after its stream was dropped."""
+    from rag.answering.policy import ShortAnswerPolicy
+
+    pipe = _calibrated(pipeline, tmp_path, True, "shared")
+    try:
+        gen = pipe.generator
+        runs = {}
+        for lazy in (True, False):
+            if not lazy:
+                monkeypatch.setattr(ShortAnswerPolicy, "chooses_at_first_token", property(lambda self: False))
+            before = gen.stats()["generation_tokens"]
+            a = pipe.ask(TWO_ISLANDS, mode="short")
+            runs[lazy] = (a.text, [c.marker for c in a.citations], a.candidates,
+                          gen.stats()["generation_tokens"] - before)
+            assert gen.stats()["running"] == 0 and gen.stats()["waiting"] == 0  # nothing left behind
+        (text, cited, cands, tokens), (full_text, full_cited, full_cands, full_tokens) = runs[True], runs[False]
+        assert len(cands) >= 2 and any(c.get("complete") is False for c in cands), cands
+        assert all("complete" not in c for c in full_cands), full_cands
+        assert (text, cited) == (full_text, full_cited), (runs[True][:2], runs[False][:2])
+        assert tokens < full_tokens, (tokens, full_tokens)
+    finally:
+        pipe.generator.close()
+        gc.collect()
+
+
 def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
     """Long mode with engine sentence checks (`answer.long_check_min` set) and `answer.check_kv:
     prompt`: a check of a sentence
