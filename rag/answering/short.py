@@ -94,7 +94,9 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
     passage KV cache); `check_anchor`: what the checks name (`check_anchor`); `first`
     (`checks_first`): the passage checks of every passage run before the decode, whose prompt then
-    reads the passages' K/V they stored (a passage that gives no span is checked for nothing)."""
+    reads the passages' K/V they stored (a passage that gives no span is checked for nothing). With
+    a first-token selector the checks also run first without sharing, and only the best candidate
+    decodes to its end (`decode_best_first`)."""
     from ..answerability import answer_check, passage_signals
 
     if first:  # they store each passage under the answer prompt's key; the answer check reads it back
@@ -105,8 +107,12 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     t1 = time.perf_counter()
     # together, so the engine prefills them in one batch; each computes its passage (or reads it
     # from an earlier question's check) and leaves it stored for the decode's prompt
+    # also without sharing (`exact`: each check keys its passage under its own template), so that a
+    # first-token selector can choose before the spans are finished (`decode_best_first`); not with
+    # `prompt`, whose checks read what the answer prompt computes
+    ahead = first or (check_anchor is None and policy.chooses_at_first_token)
     early = await asyncio.gather(*(passage_signals(generator, q, b, policy.probe, check_anchor)
-                                   for b in bodies)) if first else None
+                                   for b in bodies)) if ahead else None
     check_ms = _ms(t1)
     if early is not None and policy.chooses_at_first_token:
         def is_live(c: SpanCandidate) -> bool:

@@ -204,7 +204,7 @@ def test_cached_text_is_position_free_and_chat_follow_ups_carry_none(pipeline):
     assert follow.history_turns == 1 and follow.cached_texts(cfg) == []
 
 
-def _calibrated(pipeline, tmp_path, selector: bool, check_kv: str = "exact") -> Pipeline:
+def _calibrated(pipeline, tmp_path, selector: bool, check_kv: str = "exact", cache: bool = True) -> Pipeline:
     """Passage cache on (ratio 0.15, as the quality sweep runs it) with a local calibration entry for
     SmolLM2 that never refuses: a refusal model makes the short path ask the answerability checks
     (none is shipped for SmolLM2), and a span selector makes it decode one span per passage, the
@@ -213,7 +213,7 @@ def _calibrated(pipeline, tmp_path, selector: bool, check_kv: str = "exact") -> 
 
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({pipeline.cfg.generator.engine.model: never_refusing_entry(selector)}))
-    data = engine_cfg(pipeline, enabled=True, recompute_ratio=0.15, max_gb=0.1).to_dict()
+    data = engine_cfg(pipeline, enabled=cache, recompute_ratio=0.15, max_gb=0.1).to_dict()
     data["answer"]["calibration"] = str(cal)
     data["answer"]["check_kv"] = check_kv
     return make(pipeline, RagConfig.model_validate(data))
@@ -366,34 +366,36 @@ def test_shared_checks_score_what_exact_checks_score(pipeline, tmp_path):
     assert any(abs(odds["prompt"][i] - odds["exact"][i]) > 0.02 for i in set(odds["prompt"]) & both), odds
 
 
-def test_best_first_decode_gives_what_full_decodes_choose(pipeline, tmp_path, monkeypatch):
-    """With the checks first and a selector that reads only first-token features, the candidates
-    stop after their first token except the best (`decode_best_first`); the answer must be the one
-    decoding every candidate to its end chooses, on the same inputs, for fewer generated tokens.
+@pytest.mark.parametrize("check_kv", ["shared", "exact"])
+def test_best_first_decode_gives_what_full_decodes_choose(pipeline, tmp_path, monkeypatch, check_kv):
+    """With a selector that reads only first-token features the checks run first (sharing their K/V
+    or not), and the candidates stop after their first token except the best (`decode_best_first`);
+    the answer must be the one decoding every candidate to its end chooses, on the same inputs, for
+    fewer generated tokens.
     Bugs caught: a ranking that differs from `choose` (another span given), stopped candidates
     treated as live, nothing stopped, or a request left running after its stream was dropped."""
     from rag.answering.policy import ShortAnswerPolicy
 
-    pipe = _calibrated(pipeline, tmp_path, True, "shared")
-    try:
-        gen = pipe.generator
-        runs = {}
-        for lazy in (True, False):
-            if not lazy:
-                monkeypatch.setattr(ShortAnswerPolicy, "chooses_at_first_token", property(lambda self: False))
-            before = gen.stats()["generation_tokens"]
+    runs = {}
+    for lazy in (True, False):  # a fresh engine each: the same float path to every first token (the
+        # test corpus gives near-tied margins, which a prefix-cache hit's rounding can flip)
+        if not lazy:
+            monkeypatch.setattr(ShortAnswerPolicy, "chooses_at_first_token", property(lambda self: False))
+        pipe = _calibrated(pipeline, tmp_path, True, check_kv, cache=check_kv == "shared")
+        try:
+            gen = pipe.generator
             a = pipe.ask(TWO_ISLANDS, mode="short")
-            runs[lazy] = (a.text, [c.marker for c in a.citations], a.candidates,
-                          gen.stats()["generation_tokens"] - before)
-            assert gen.stats()["running"] == 0 and gen.stats()["waiting"] == 0  # nothing left behind
-        (text, cited, cands, tokens), (full_text, full_cited, full_cands, full_tokens) = runs[True], runs[False]
-        assert len(cands) >= 2 and any(c.get("complete") is False for c in cands), cands
-        assert all("complete" not in c for c in full_cands), full_cands
-        assert (text, cited) == (full_text, full_cited), (runs[True][:2], runs[False][:2])
-        assert tokens < full_tokens, (tokens, full_tokens)
-    finally:
-        pipe.generator.close()
-        gc.collect()
+            st = gen.stats()
+            runs[lazy] = (a.text, [c.marker for c in a.citations], a.candidates, st["generation_tokens"])
+            assert st["running"] == 0 and st["waiting"] == 0  # nothing left behind
+        finally:
+            pipe.generator.close()
+            gc.collect()
+    (text, cited, cands, tokens), (full_text, full_cited, full_cands, full_tokens) = runs[True], runs[False]
+    assert len(cands) >= 2 and any(c.get("complete") is False for c in cands), cands
+    assert all("complete" not in c for c in full_cands), full_cands
+    assert (text, cited) == (full_text, full_cited), (runs[True][:3], runs[False][:3])
+    assert tokens < full_tokens, (tokens, full_tokens)
 
 
 def test_long_answer_sentence_checks_read_the_long_prompts_passages(pipeline):
