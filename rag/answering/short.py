@@ -136,6 +136,9 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
         *(passage_signals(generator, q, bodies[c.index], policy.probe, check_anchor) for c in live))
     for c, signals in zip(live, found, strict=True):
         c.signals.update(signals)
+    for c in cands:  # stopped after the first token: record the checks the choice read (early is set)
+        if not c.complete:
+            c.signals.update(early[c.index])  # type: ignore[index]
     every = policy.checks_every_candidate
     if every:
         odds = await asyncio.gather(*(answer_check(generator, q, bodies[c.index], c.text.strip(), check_anchor)
