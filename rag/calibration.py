@@ -81,13 +81,19 @@ class SpanSelector(LinearModel):
     """Which per-passage span to give (`rag/answering/candidates.py`): log-odds that a candidate is the
     right answer, fitted by `rag eval calibrate` on answerable calibration questions."""
 
-    def choose(self, candidates: list[dict[str, float]]) -> int | None:
-        """Index of the best-scored candidate (ties: the better-ranked passage); None when a
+    def rank(self, candidates: list[dict[str, float]]) -> list[int] | None:
+        """Candidate indices best-scored first (ties: the better-ranked passage); None when a
         candidate lacks a feature the selector reads."""
         scores = [self.score(c) for c in candidates]
-        if not scores or any(s is None for s in scores):
+        if any(s is None for s in scores):
             return None
-        return max(range(len(scores)), key=lambda i: (scores[i], -i))
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # type: ignore[operator]
+
+    def choose(self, candidates: list[dict[str, float]]) -> int | None:
+        """Index of the best-scored candidate (`rank`'s first); None when a candidate lacks a
+        feature the selector reads, or there is none."""
+        order = self.rank(candidates)
+        return order[0] if order else None
 
 
 def calibration_path(storage: Path, name: str) -> Path:

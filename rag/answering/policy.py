@@ -195,12 +195,7 @@ class ShortAnswerPolicy:
     def first_token_order(self, signals: Sequence[dict[str, float]]) -> list[int] | None:
         """Candidate indices best first by the selector (ties: the better-ranked passage), as
         `choose` would rank them; None when one lacks a feature (`choose` then falls back)."""
-        if self.selector is None:
-            return None
-        scores = [self.selector.score(s) for s in signals]
-        if any(x is None for x in scores):
-            return None
-        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))  # type: ignore[operator]
+        return self.selector.rank(list(signals)) if self.selector is not None else None
 
     @property
     def checks_every_candidate(self) -> bool:
