@@ -61,15 +61,28 @@ def _load() -> bool:
         return _state["error"] is None
 
 
+_X86_ORDER = ("scalar", "avx2", "avx512", "amx")
+
+
 def _check_env_isa() -> None:
+    """RAG_KERNEL_ISA forces a path (the library reads it); otherwise RAG_CPU_ISA=avx2|avx512,
+    which masks the engine's CPU flags above that level (inference.cpu_features), also caps the
+    kernels, so one variable measures what an AVX2-only or AMX-less CPU runs."""
     forced = os.environ.get("RAG_KERNEL_ISA")
-    if forced and forced != torch.ops.ragk.isa():
-        warnings.warn(
-            f"RAG_KERNEL_ISA={forced} is not a path this CPU runs (supported: "
-            f"{torch.ops.ragk.supported_isas()}); using {torch.ops.ragk.isa()}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    if forced:
+        if forced != torch.ops.ragk.isa():
+            warnings.warn(
+                f"RAG_KERNEL_ISA={forced} is not a path this CPU runs (supported: "
+                f"{torch.ops.ragk.supported_isas()}); using {torch.ops.ragk.isa()}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return
+    cap = os.environ.get("RAG_CPU_ISA", "").strip().lower()
+    if cap in _X86_ORDER:
+        allowed = [p for p in str(torch.ops.ragk.supported_isas()).split(",")
+                   if p in _X86_ORDER and _X86_ORDER.index(p) <= _X86_ORDER.index(cap)]
+        torch.ops.ragk.set_isa(allowed[-1])
 
 
 def available() -> bool:
@@ -94,7 +107,8 @@ def _require() -> None:
 
 
 def isa() -> str:
-    """The active path: scalar | avx2 | avx512 | neon (AMX is not implemented)."""
+    """The active path: scalar | avx2 | avx512 | amx | neon (amx = the AVX-512 path with its panel
+    GEMMs on the AMX-INT8 tile unit)."""
     _require()
     return str(torch.ops.ragk.isa())
 

@@ -14,18 +14,11 @@ Backends:
 Float rule: a row group whose GGUF type is F32 (and a tensor of a type the kernels lack, which
 `quantization: auto` dequantises for that tensor only) is kept as a float32 [N, K] tensor and run
 with `F.linear`; it is the same bytes the file holds, and MKL's sgemm is the fastest kernel for
-float32 weights at any shape. No quantised 2-D tensor gets a persistent float copy (4-7x the
-memory). One measured exception, transient: with M >= `DENSE_MIN_ROWS` (128) activation rows on
-a CPU with AMX (bf16 tile GEMMs), the rows are dequantised in chunks of `DENSE_CHUNK` elements
-(exact, the kernels' own dequantiser), cast to bf16 and multiplied in bf16 (fp32 accumulation),
-then dropped. Why only AMX: with the kernels' panel GEMM (x86_gemm.inc) the blocks beat the
-AVX512-BF16 GEMM too. Measured on a 2-core EPYC Zen 5 (avx512_bf16/vnni, no AMX), 1 thread, a
-900-token prompt's prefill, dequantise + bf16 GEMM vs blocks: Qwen2.5-0.5B 4.02 s vs 2.79 s,
-Qwen2.5-1.5B 10.7 s vs 7.9 s (before the panel GEMM the bf16 path was 1.6-3.7x faster than the
-row kernels at M = 128-512, which is why this rule existed for AVX512-BF16 too). AMX runs bf16
-tiles at several times AVX-512's rate, so there the rule stays (not re-measured: no AMX machine
-in this session). Norms and
-biases (1-D) stay float32.
+float32 weights at any shape. No quantised 2-D tensor gets a float copy, persistent or transient:
+on every CPU the kernels' GEMMs beat dequantise-then-GEMM (until session 23 a rule dequantised
+chunks to bf16 for prompts of >= 128 rows on AMX CPUs; measured there, on a 2-core Xeon with
+AMX, the kernels' AMX-INT8 tile GEMM ran whole prefills at or above it, and per shape the rule was
+slower at 64-128 rows; it also needed transient float rows). Norms and biases (1-D) stay float32.
 
 Row tensors are plain attributes, not parameters or buffers: `model.to(bfloat16)` must not round
 an F32 group, and everything here is CPU-only (the kernels are CPU code). Forward takes any float
@@ -115,27 +108,6 @@ def dequantize_np(rows: torch.Tensor, qtype: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
 
 
-DENSE_MIN_ROWS = 128  # activation rows from which a transient AMX bf16 GEMM beats the block kernels
-DENSE_CHUNK = 1 << 22  # weight elements dequantised at once (16 MB float32 + 8 MB bf16)
-
-
-@functools.lru_cache(maxsize=1)
-def _amx_bf16() -> bool:
-    from inference.cpu_features import cpu_flags
-
-    return "amx_bf16" in cpu_flags()
-
-
-def _dequantised_bf16_matmul(x: torch.Tensor, g: RowGroup) -> torch.Tensor:
-    """x [M, K] float32 @ dequant(rows).T in bf16, a chunk of rows at a time -> float32 [M, N]."""
-    ops = kernel_ops()
-    xb = x.bfloat16()
-    step = max(1, DENSE_CHUNK // g.k)
-    outs = [F.linear(xb, ops.dequantize(g.rows[lo: lo + step], g.qtype, g.k).bfloat16())
-            for lo in range(0, g.n, step)]
-    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)).float()
-
-
 @dataclass
 class RowGroup:
     """Consecutive output rows of one GGUF type. `rows` is uint8 [n, row_bytes] for a block type,
@@ -200,13 +172,10 @@ class GGUFLinear(nn.Module):
     def _group_matmul(self, x: torch.Tensor, g: RowGroup) -> torch.Tensor:
         if g.qtype == F32 or self.backend == "torch":
             return F.linear(x, g.dense())
-        if x.shape[0] >= DENSE_MIN_ROWS and _amx_bf16():
-            return _dequantised_bf16_matmul(x, g)
         return kernel_ops().quant_matmul(x, g.rows, g.qtype, g.k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (self._fast and x.dim() == 2 and x.dtype == torch.float32
-                and not (x.shape[0] >= DENSE_MIN_ROWS and _amx_bf16())):
+        if self._fast and x.dim() == 2 and x.dtype == torch.float32:
             return kernel_ops().quant_linear(x, self._ws, self._types, self.in_features, self.bias)
         shape = x.shape
         xf = x.reshape(-1, self.in_features).float().contiguous()
@@ -218,9 +187,8 @@ class GGUFLinear(nn.Module):
 
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Only the output rows `rows` (int64 [R]) -> [..., R]: for a head whose logits a
-        constraint limits to a few tokens (the rest are never computed). Always the block kernels,
-        so it equals `forward`'s columns for fewer than `DENSE_MIN_ROWS` rows of x (the logits
-        rows of a step); not yet called by the engine (logits processors mask full-vocabulary
+        constraint limits to a few tokens (the rest are never computed). The block kernels, as
+        `forward`, so it equals `forward`'s columns up to float summation order; not yet called by the engine (logits processors mask full-vocabulary
         logits after the head, and log-probs normalise over the whole vocabulary)."""
         shape = x.shape
         xf = x.reshape(-1, self.in_features).float().contiguous()

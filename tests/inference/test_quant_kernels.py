@@ -259,14 +259,22 @@ def test_bad_calls_raise_clear_errors():
 
 def test_isa_selection():
     """Catches a dispatch table that claims a path it cannot run or ignores a forced one: scalar
-    is always there, unknown/unsupported names raise with the supported list, and
-    RAG_KERNEL_ISA=scalar forces the scalar path at load."""
+    is always there, AMX is offered exactly where the CPU has it, unknown/unsupported names raise
+    with the supported list, RAG_KERNEL_ISA=scalar forces the scalar path at load and
+    RAG_CPU_ISA=avx2 caps it at AVX2."""
     sup = ops.supported_isas()
     ops.set_isa(None)
     assert sup[0] == "scalar" and ops.isa() == sup[-1]
-    assert set(sup) <= set(ops.ISA_NAMES) and "amx" not in sup  # AMX is not implemented
-    with pytest.raises(ValueError, match="supported"):
-        ops.set_isa("amx")
+    assert set(sup) <= set(ops.ISA_NAMES)
+    from inference.cpu_features import cpu_flags
+
+    flags = cpu_flags()
+    if {"amx_tile", "amx_int8"} <= flags and sys.platform == "linux":
+        assert "amx" in sup and sup[-1] == "amx"  # the tile path is offered and chosen by default
+    else:
+        assert "amx" not in sup
+        with pytest.raises(ValueError, match="supported"):
+            ops.set_isa("amx")
     with pytest.raises(ValueError, match="scalar"):
         ops.set_isa("bogus")
     ops.set_isa(None)
@@ -279,6 +287,14 @@ def test_isa_selection():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "scalar"
+    if "avx2" in sup:  # RAG_CPU_ISA (the engine's flag mask) caps the kernels too
+        env = dict(os.environ, RAG_CPU_ISA="avx2")
+        env.pop("RAG_KERNEL_ISA", None)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "avx2"
 
 
 GEMM_TYPES = [t for t in ALL if F.block_size(t) > 1]

@@ -7,6 +7,11 @@
 #include <cmath>
 
 #include "common.h"
+#if RAGK_HAVE_AMX
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #define TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define SFX avx512
@@ -153,6 +158,9 @@ TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
 
 #include "avx512_rows.inc"
 #include "avx512_attn.inc"
+#if RAGK_HAVE_AMX
+#include "x86_amx.inc"
+#endif
 
 }  // namespace
 
@@ -174,5 +182,31 @@ void fill_avx512(IsaTable& t) {
   t.dotm[T_Q6_K] = dotm_q6_k_zmm;
   t.attn_part = attn_part_zmm;
 }
+
+#if RAGK_HAVE_AMX
+bool amx_ready() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return false;  // AMX-TILE, AMX-INT8
+  // Linux hands out tile state only on request (once per process); it fails where the kernel
+  // does not support AMX, and then this path is not offered.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+void fill_amx(IsaTable& t) {
+  t.gemm[T_Q4_0] = gemm_amx<T_Q4_0>;
+  t.gemm[T_Q4_1] = gemm_amx<T_Q4_1>;
+  t.gemm[T_Q5_0] = gemm_amx<T_Q5_0>;
+  t.gemm[T_Q5_1] = gemm_amx<T_Q5_1>;
+  t.gemm[T_Q8_0] = gemm_amx<T_Q8_0>;
+  t.gemm[T_Q4_K] = gemm_amx<T_Q4_K>;
+  t.gemm[T_Q5_K] = gemm_amx<T_Q5_K>;
+  t.gemm[T_Q6_K] = gemm_amx<T_Q6_K>;
+  // The tile GEMM from 16 rows (one full tile of activations); the small-M GEMM below that.
+  t.xgemm_lo = 12;
+  t.xgemm_hi = 15;
+}
+#endif
 }  // namespace ragk
 #endif

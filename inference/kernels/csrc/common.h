@@ -259,6 +259,17 @@ void fill_scalar(IsaTable& t);
 void fill_avx2(IsaTable& t);
 void fill_avx512(IsaTable& t);
 #endif
+// AMX-INT8 tile GEMM (x86_amx.inc): Linux on x86-64 with a compiler that has the tile intrinsics.
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define RAGK_HAVE_AMX 1
+// Whether the CPU has AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
+bool amx_ready();
+// The AVX-512 table with its panel GEMMs replaced by tile GEMMs.
+void fill_amx(IsaTable& t);
+#else
+#define RAGK_HAVE_AMX 0
+#endif
 #if defined(__aarch64__)
 void fill_neon(IsaTable& t);
 #endif

@@ -37,6 +37,14 @@ struct Registry {
         fill_avx512(b);
         b.name = "avx512";
         tables.push_back(b);
+#if RAGK_HAVE_AMX
+        if (amx_ready()) {
+          IsaTable c = tables.back();
+          fill_amx(c);
+          c.name = "amx";
+          tables.push_back(c);
+        }
+#endif
       }
     }
 #endif
