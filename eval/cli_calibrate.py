@@ -20,6 +20,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from eval.calibrate import domain_cv, fit_entry, pick_margin
     from rag.answering.signals import FEATURE_SETS
     from rag.calibration import calibration_path, save_thresholds
+    from rag.warm_kv import resolved_check_kv
 
     cfg = config_from(args)
     resolve_config_model(cfg)  # entries are stored under the model's name, never under `auto`
@@ -54,6 +55,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     entry = {**best, "dataset": "+".join(("own:" if s.domain == "own" else "") + Path(s.path).name for s in sets), "split": "+".join(s.split for s in sets),
              "seed": args.seed, "excluded": f"limit {args.exclude_limit} seed {args.exclude_seed}",
              "quantization": cfg.generator.engine.quantization, "features": features,
+             # the checks' K/V mode the points were answered with: `answer.check_kv: auto` reads it back
+             "check_kv": resolved_check_kv(cfg),
              "dtype": _resolved_dtype(cfg), "languages": _languages(items),
              "domains": {d: sum(p.domain == d for p in points) for d in sorted(set(names))},
              **({"transfer_cv": cv} if cv else {}),

@@ -142,7 +142,8 @@ def test_span_selector_ties_and_missing_signals():
 
 def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     """Catches `rag eval calibrate --refit` answering questions again (it must not load a model),
-    losing the candidates of the points file, or accepting a file from another sample."""
+    losing the candidates of the points file, accepting a file from another sample, or writing an
+    entry without the `check_kv` mode it was measured with."""
     from rag.cli import main
 
     ds = tmp_path / "ds"
@@ -172,6 +173,11 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     assert set(entry["span_selector"]["features"]) >= {"check_probe", "margin"}
     assert entry["refusal_model"]["features"] and entry["false_refusal"] <= 0.15
     assert entry["n"] == 20.0
+    # the entry carries the checks' K/V mode its points were answered with (auto for a model with
+    # no entry: exact), so `answer.check_kv: auto` later runs what was calibrated
+    assert entry["check_kv"] == "exact"
+    assert main([*args(points), "--set", "answer.check_kv=shared"]) == 0
+    assert json.loads(out.read_text())["/nonexistent/model.gguf"]["check_kv"] == "shared"
     short = tmp_path / "short.jsonl"
     short.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]), encoding="utf-8")
 
