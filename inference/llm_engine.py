@@ -13,7 +13,7 @@ import torch
 from inference import kv_cache
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig
-from inference.cpu_alloc import keep_large_allocations
+from inference.cpu_alloc import keep_large_allocations, release_free_heap
 from inference.errors import ContextOverflow, EmptyPrompt
 from inference.kv_reuse import KVReuse, require_rope
 from inference.model_loader import gguf_source, load_model, load_tokenizer, resolve_model_dir
@@ -110,6 +110,8 @@ class LLMEngine:
         self.kv_efficiency_at_peak = 1.0
         log.info("KV cache: %d blocks x %d tokens = %d tokens (%.1f MiB)", num_blocks, bs,
                  num_blocks * bs, self.kv_bytes / 2**20)
+        if self.device == "cpu":
+            release_free_heap()
 
     def _kv_signature(self) -> dict:
         """What a passage's K/V depends on besides its tokens (keys the passage cache on disk)."""

@@ -47,9 +47,16 @@ def resolve_model_dir(model: str, weights: bool = True) -> Path:
 
 
 def load_tokenizer(model_dir: Path):
+    """The model's HF tokenizer, without the Python copies of its vocabulary and merges that
+    transformers 5 keeps beside the Rust tokenizer that does the encoding (Qwen2.5: 151,936 entries
+    and 151,387 pairs, 58 MiB of the 1.5B engine's resident memory; nothing reads them after load)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    for attr in ("_vocab", "_merges"):
+        if getattr(tok, attr, None) is not None:
+            setattr(tok, attr, None)
+    return tok
 
 
 def load_model(model_dir: Path, dtype: torch.dtype, device: str, quantization: str = "none",

@@ -63,3 +63,22 @@ def test_gguf_block_load_does_not_import_dynamo():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "clean"
+
+
+def test_tokenizer_drops_its_python_vocabulary_copies(model_dir):
+    """Catches the tokenizer holding transformers 5's Python copies of the vocabulary and merges
+    again (58 MiB of the 1.5B engine's RSS for Qwen2.5), or dropping them changing what it does:
+    encode, decode, special tokens and the chat template equal a tokenizer loaded as transformers
+    ships it."""
+    from transformers import AutoTokenizer
+
+    from inference.model_loader import load_tokenizer
+
+    ours, ref = load_tokenizer(model_dir), AutoTokenizer.from_pretrained(str(model_dir))
+    assert getattr(ours, "_vocab", None) is None and getattr(ours, "_merges", None) is None
+    text = "The ferry leaves Tavrin harbour at 11:57 — 18 € per day, 26 € over 12 m. 港口"
+    ids = ours.encode(text)
+    assert ids == ref.encode(text) and ours.decode(ids) == ref.decode(ids)
+    assert len(ours) == len(ref) and ours.eos_token_id == ref.eos_token_id
+    msgs = [{"role": "user", "content": "hi"}]
+    assert ours.apply_chat_template(msgs, tokenize=False) == ref.apply_chat_template(msgs, tokenize=False)
