@@ -48,72 +48,28 @@ class SpanCandidate:
         return out
 
 
-async def decode_candidates(generator: Any, token_ids: list[int], params: Any,
-                            processors: list[GroundedSpanProcessor],
-                            spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
-                            ) -> list[SpanCandidate]:
-    """One constrained decode per processor on the same prompt: the first alone until its prefill is
-    done (it fills the prefix cache), then the rest beside it (they reuse that prefill and share its
-    decode steps). With passage `spans` every decode carries them: a blended prompt is kept out of
-    the prefix cache from its first reused passage on, so without spans the later decodes would
-    prefill the passages in full; with them they reuse the passages the first one stored.
-
-    Why not the rest after the first has finished: its decode steps (up to `short_max_tokens`)
-    would run alone, then the others' in a second round; one batch of k rows costs little more per
-    step than one row (the weights are read once)."""
-
-    def params_for(p: GroundedSpanProcessor) -> Any:
-        return _with_processor(params, p)
-
-    async def one(p: GroundedSpanProcessor) -> Any:
-        return await generator.agenerate(token_ids, params_for(p), passage_spans=spans, passage_anchor=anchor)
-
-    if not processors:
-        return []
-    prefilled = asyncio.Event()
-
-    async def first() -> Any:
-        last = None
-        agen = generator.astream(token_ids, params_for(processors[0]), passage_spans=spans, passage_anchor=anchor)
-        try:
-            async for last in agen:  # noqa: B007 - keep the final output
-                prefilled.set()  # its first token: the prompt is in the prefix cache
-        finally:
-            prefilled.set()
-            await agen.aclose()
-        assert last is not None
-        return last
-
-    head = asyncio.create_task(first())
-    try:
-        await prefilled.wait()
-        if head.done() and head.exception() is not None:
-            head.result()  # re-raises its error: the others would fail the same way
-        rest = await asyncio.gather(*(one(p) for p in processors[1:]))
-        outs = [await head, *rest]
-    finally:
-        if not head.done():
-            head.cancel()
-    return [SpanCandidate(i, p, o, span_signals(p, i)) for i, (p, o) in enumerate(zip(processors, outs))]
-
-
 async def decode_best_first(generator: Any, token_ids: list[int], params: Any,
                             processor_for: Callable[[int], GroundedSpanProcessor], n: int,
                             order: Callable[[list[SpanCandidate]], list[int] | None],
                             live: Callable[[SpanCandidate], bool],
                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None
                             ) -> list[SpanCandidate]:
-    """`decode_candidates` for a choice that is known after each candidate's first token: every
-    decode runs to its first token (the first alone until prefilled, as there), `order` ranks them
-    from what they hold then (None: it cannot, and every decode runs to its end), and only the best
-    goes on to its end; the others stop there (`complete` False). When the best turns out not
-    `live`, the next in order is decoded in full (again from the prefix cache), and so on, so the
-    candidate given is the one a full decode of all would have chosen.
+    """One constrained decode per candidate (`processor_for(i)`, i < n) on the same prompt, and,
+    when the choice is known after each candidate's first token, only the chosen one decoded to its
+    end. Every decode runs to its first token, the first alone until its prefill is done (it fills
+    the prefix cache the others then hit); `order` ranks them from what they hold then (None: it
+    cannot, and every decode runs to its end, together), and only the best goes on to its end; the
+    others stop there (`complete` False). When the best turns out not `live`, the next in order is
+    decoded in full (again from the prefix cache), and so on, so the candidate given is the one a
+    full decode of all would have chosen. With passage `spans` every decode carries them: a blended
+    prompt is kept out of the prefix cache from its first reused passage on, so without spans the
+    later decodes would prefill the passages in full; with them they reuse what the first stored.
 
     Why: the per-passage decodes ran together for up to `short_max_tokens` steps, and a step of k
     rows costs ~2.5x a step of one on two AVX2 cores (the 1.5B: 92 vs 37 ms at k = 5), while the
     choice (the shipped selectors read the first token's margin, the probe and the rank) never
-    needed the others' whole spans."""
+    needed the others' whole spans. The others start once the first has prefilled, not after it has
+    finished: its decode steps would otherwise run alone, then theirs in a second round."""
     procs = [processor_for(i) for i in range(n)]
     streams: list[Any] = []  # opened one by one: an engine's `astream` submits its request at once
     outs: list[Any] = [None] * n
@@ -151,9 +107,8 @@ async def decode_best_first(generator: Any, token_ids: list[int], params: Any,
             if i not in go_on and not ended[i]:
                 await streams[i].aclose()  # aborts its request
                 cands[i].complete = False
+        await asyncio.gather(*(drain(i) for i in go_on if not ended[i]))  # together: one batch per step
         for i in go_on:
-            if not ended[i]:
-                await drain(i)
             cands[i] = SpanCandidate(i, procs[i], outs[i], span_signals(procs[i], i))
         if ranked is not None:
             for i in ranked:

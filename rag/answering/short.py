@@ -18,7 +18,7 @@ from inference.structured import GroundedSpanProcessor, span_sources
 from .. import prompt as prompt_mod
 from ..answer import Answer
 from ..prompt import PromptConfig
-from .candidates import SpanCandidate, decode_best_first, decode_candidates
+from .candidates import SpanCandidate, decode_best_first
 from .policy import Candidate, Decision, Policies, ShortAnswerPolicy, says_refusal
 from .signals import CHECK_ANSWER, CUT_NUMBER, cut_from_number, gave_span, span_signals
 
@@ -114,17 +114,17 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     early = await asyncio.gather(*(passage_signals(generator, q, b, policy.probe, check_anchor)
                                    for b in bodies)) if ahead else None
     check_ms = _ms(t1)
-    if early is not None and policy.chooses_at_first_token:
-        def is_live(c: SpanCandidate) -> bool:
-            _mark_cut(c.text, bodies, c.index, c.signals)
-            return gave_span(c.text, c.signals)
+    def is_live(c: SpanCandidate) -> bool:
+        _mark_cut(c.text, bodies, c.index, c.signals)
+        return gave_span(c.text, c.signals)
 
-        cands = await decode_best_first(generator, token_ids, params, lambda i: processor_for([bodies[i]]),
-                                        len(bodies), lambda cs: policy.first_token_order(
-                                            [{**c.signals, **early[c.index]} for c in cs]), is_live, spans, anchor)
-    else:
-        cands = await decode_candidates(generator, token_ids, params, [processor_for([t]) for t in bodies], spans,
-                                        anchor)
+    def order(cs: list[SpanCandidate]) -> list[int] | None:  # None: every candidate decoded whole
+        if early is None or not policy.chooses_at_first_token:
+            return None
+        return policy.first_token_order([{**c.signals, **early[c.index]} for c in cs])
+
+    cands = await decode_best_first(generator, token_ids, params, lambda i: processor_for([bodies[i]]),
+                                    len(bodies), order, is_live, spans, anchor)
     for c in cands:
         if c.complete:
             _mark_cut(c.text, bodies, c.index, c.signals)
