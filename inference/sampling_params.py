@@ -35,6 +35,11 @@ class SamplingParams(BaseModel):
     prompt_logprobs: int | None = Field(None, ge=0)
     # logprobs of these tokens as the next token after the prompt (e.g. P("yes") for a reranker)
     candidate_token_ids: list[int] | None = None
+    # With candidate_token_ids and max_tokens 1: the output head computes only the candidates' rows
+    # (a yes/no check needs 2-6 of the vocabulary's 151,936 on Qwen2.5), so `candidate_logprobs`
+    # are log-probabilities within the candidate set (their differences, e.g. a yes/no log-odds,
+    # are the full distribution's) and the token sampled is one of the candidates.
+    candidates_only: bool = False
     # the hidden state of the last prompt token, for linear probes on the model's reading of the
     # prompt (e.g. rag's answerability probe); float32 on the CPU. Layer -1: the final normed
     # output; k >= 1: the residual stream after decoder layer k (middle layers often probe better)
@@ -58,6 +63,13 @@ class SamplingParams(BaseModel):
         if isinstance(data, dict) and isinstance(data.get("stop"), str):
             data = {**data, "stop": [data["stop"]]}
         return data
+
+    @model_validator(mode="after")
+    def _candidates_only_needs_candidates(self) -> SamplingParams:
+        if self.candidates_only and (not self.candidate_token_ids or self.max_tokens != 1):
+            raise ValueError("candidates_only needs candidate_token_ids and max_tokens: 1 (the head computes "
+                             "only the candidates' rows, so nothing else could be sampled after them)")
+        return self
 
     @property
     def greedy(self) -> bool:

@@ -85,8 +85,10 @@ async def passage_check(generator: Any, question: str, passage: str, layer: int 
 
     yes, no = yes_no_ids(generator.tokenizer)
     prompt = check_prompt(generator.encode_chat, question, passage)
+    # candidates_only: the head computes the yes/no rows alone (the log-odds are the same)
     sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
-                        hidden_state=layer is not None, hidden_state_layer=-1 if layer is None else layer)
+                        candidates_only=True, hidden_state=layer is not None,
+                        hidden_state_layer=-1 if layer is None else layer)
     out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage),
                                     passage_anchor=anchor)
     return yes_log_odds(out.candidate_logprobs, yes, no), out.hidden_state
@@ -123,7 +125,8 @@ async def answer_check(generator: Any, question: str, passage: str, answer: str,
 
     yes, no = yes_no_ids(generator.tokenizer)
     prompt = check_prompt(generator.encode_chat, question, passage, answer)
-    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)))
+    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
+                        candidates_only=True)
     out = await generator.agenerate(prompt, sp, passage_spans=_spans(generator, prompt, passage),
                                     passage_anchor=anchor)
     return yes_log_odds(out.candidate_logprobs, yes, no)

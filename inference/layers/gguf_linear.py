@@ -188,8 +188,10 @@ class GGUFLinear(nn.Module):
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Only the output rows `rows` (int64 [R]) -> [..., R]: for a head whose logits a
         constraint limits to a few tokens (the rest are never computed). The block kernels, as
-        `forward`, so it equals `forward`'s columns up to float summation order; not yet called by the engine (logits processors mask full-vocabulary
-        logits after the head, and log-probs normalise over the whole vocabulary)."""
+        `forward`, so it equals `forward`'s columns up to float summation order. The engine calls
+        it for `SamplingParams.candidates_only` rows (the answerability checks' yes/no tokens); not
+        for the grounded span decoder, whose signals read log-probabilities normalised over the
+        whole vocabulary (the span log-probability the calibrated models were fitted on)."""
         shape = x.shape
         xf = x.reshape(-1, self.in_features).float().contiguous()
         rows = rows.to(torch.long)

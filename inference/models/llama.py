@@ -187,6 +187,23 @@ class LlamaForCausalLM(nn.Module):
             return F.linear(hidden, self.embed_tokens.weight).float()
         return self.lm_head(hidden).float()
 
+    def compute_logits_rows(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits of vocabulary rows `rows` only: [..., len(rows)] (a head whose caller needs a few
+        tokens' logits, e.g. a yes/no check, skips the rest of the vocabulary)."""
+        if self.tied:
+            return F.linear(hidden, self.embed_tokens.weight[rows]).float()
+        head = self.lm_head
+        if hasattr(head, "forward_rows"):
+            return head.forward_rows(hidden, rows).float()
+        if isinstance(head, nn.Linear):
+            return F.linear(hidden, head.weight[rows], None if head.bias is None else head.bias[rows]).float()
+        return head(hidden).float()[..., rows]
+
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the output head (the logits' width)."""
+        return self.embed_tokens.weight.shape[0] if self.tied else self.lm_head.out_features
+
     def quantize_int8(self) -> int:
         """int8 weights for every linear layer and the output head (a tied head gets its own int8
         copy; the embedding lookup stays in float). Returns the number of layers converted."""

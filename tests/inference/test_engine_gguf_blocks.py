@@ -319,3 +319,44 @@ def test_engine_auto_warns_once_when_kernels_missing():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["mode"] == "none" and got["tokens"] == 3
     assert len(got["warnings"]) == 1 and "no C++ compiler found" in got["warnings"][0], got
+
+
+def test_candidates_only_computes_their_head_rows_alone(block_llm, llm, prompts, monkeypatch):
+    """Catches a yes/no check paying for the whole 49,152-row head again (the full `forward` must
+    not run for a `candidates_only` row), or the restricted logits changing what the check reads:
+    the candidates' log-probability differences equal the full head's (their normaliser cancels),
+    the sampled token is a candidate, and a batch mixing restricted and full rows gives the full
+    row what it gets alone. Also on the float engine (a tied head: embedding rows)."""
+    from inference.sampling_params import SamplingParams
+
+    cands = sorted({llm.tokenizer.encode(w, add_special_tokens=False)[0] for w in (" yes", " no", "Yes", "No")})
+    full_sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=cands)
+    only_sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=cands, candidates_only=True)
+    plain = SamplingParams(max_tokens=4, temperature=0.0)
+    for engine in (block_llm, llm):
+        ref = engine.generate(prompts[:2], full_sp)
+        alone = engine.generate(prompts[2:3], plain)[0].token_ids
+        calls = {"full": 0}
+        if engine is block_llm:  # the float engine's head is its tied embedding (no module to count)
+            head = engine.engine.model.lm_head
+            real = head.forward
+
+            def counting(x, _real=real, _calls=calls):
+                _calls["full"] += 1
+                return _real(x)
+
+            monkeypatch.setattr(head, "forward", counting)
+        got = engine.generate([*prompts[:2], prompts[2]], [only_sp, only_sp, plain])
+        monkeypatch.undo()
+        for r, g in zip(ref, got[:2], strict=True):
+            a, b = np.array([r.candidate_logprobs[t] for t in cands]), np.array([g.candidate_logprobs[t] for t in cands])
+            assert np.allclose(a - a[0], b - b[0], atol=2e-3), (a, b)
+            assert g.token_ids[0] in cands and abs(np.logaddexp.reduce(b)) < 1e-4  # normalised within the set
+        assert got[2].token_ids == alone
+        # the plain row's prefill and 3 decode steps; the restricted rows never call the full head
+        if engine is block_llm:
+            assert calls["full"] == 4, calls
+    with pytest.raises(ValueError, match="candidates_only"):
+        SamplingParams(max_tokens=2, candidate_token_ids=cands, candidates_only=True)
+    with pytest.raises(ValueError, match="candidates_only"):
+        SamplingParams(max_tokens=1, candidates_only=True)
