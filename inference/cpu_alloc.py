@@ -29,6 +29,11 @@ M_MMAP_THRESHOLD = -3
 _applied: int | None = None
 
 
+def _libc() -> ctypes.CDLL:
+    """The C library (raises OSError where there is none to load)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+
+
 def keep_large_allocations(mb: int) -> bool:
     """Serve allocations below `mb` MiB from the heap and keep up to that much freed memory in it
     (0: leave glibc's defaults). Process-wide and applied once: the first engine's value stays
@@ -40,10 +45,8 @@ def keep_large_allocations(mb: int) -> bool:
         if _applied != mb:
             log.info("cpu_alloc_reuse_mb=%d ignored: this process already runs with %d", mb, _applied)
         return True
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = _libc().mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -62,7 +65,7 @@ def release_free_heap() -> bool:
     Measured on Qwen2.5-1.5B (GGUF blocks): RSS after load 1,510 -> 1,483 MiB. False where there is
     no glibc."""
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        trim = _libc().malloc_trim
     except (OSError, AttributeError):
         return False
     trim.argtypes = [ctypes.c_size_t]

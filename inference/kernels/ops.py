@@ -61,7 +61,7 @@ def _load() -> bool:
         return _state["error"] is None
 
 
-_X86_ORDER = ("scalar", "avx2", "avx512", "amx")
+_X86_ORDER = tuple(n for n in ISA_NAMES if n != "neon")  # scalar < avx2 < avx512 < amx
 
 
 def _check_env_isa() -> None:
