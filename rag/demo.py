@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .app import build_ingestor
+from .commands._progress import silence_library_bars
 from .commands.ask import print_sources
 from .config import load_config
 from .pipeline import Pipeline
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=DEMO_MODEL,
                    help="generator (a `rag models list` name or a GGUF path); default %(default)s")
     args = p.parse_args(argv)
+    silence_library_bars()  # transformers' "Loading weights" bar is noise between the demo's own lines
     model = ensure_model(args.model)
     cfg = load_config(None, [f"storage.path={args.storage}", f"generator.engine.model={model}"])
     pipe = Pipeline.from_config(cfg)
