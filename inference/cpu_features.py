@@ -32,11 +32,12 @@ def _cpuinfo() -> tuple[frozenset[str], str]:
     return flags, model
 
 
-# `RAG_CPU_ISA=avx2|avx512` masks the flags above that level, so the engine's decisions (bf16,
+# `RAG_CPU_ISA=avx2|avxvnni|avx512` masks the flags above that level, so the engine's decisions (bf16,
 # int8, kernel paths) can be measured as an AVX2-only or AMX-less CPU would make them. Pair it with
 # ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA for torch's own kernels (docs/performance.md).
 _ABOVE = {
     "avx2": ("avx512", "avx_vnni", "amx"),
+    "avxvnni": ("avx512", "amx"),  # an AVX2 + AVX-VNNI client core (Alder Lake and later)
     "avx512": ("amx",),
 }
 

@@ -32,7 +32,7 @@ __all__ = [
     "supported_isas",
 ]
 
-ISA_NAMES = ("scalar", "avx2", "avx512", "amx", "neon")
+ISA_NAMES = ("scalar", "avx2", "avxvnni", "avx512", "amx", "neon")
 
 _lock = threading.Lock()
 _state: dict[str, object] = {"tried": False, "error": None, "path": None}
@@ -61,11 +61,11 @@ def _load() -> bool:
         return _state["error"] is None
 
 
-_X86_ORDER = tuple(n for n in ISA_NAMES if n != "neon")  # scalar < avx2 < avx512 < amx
+_X86_ORDER = tuple(n for n in ISA_NAMES if n != "neon")  # scalar < avx2 < avxvnni < avx512 < amx
 
 
 def _check_env_isa() -> None:
-    """RAG_KERNEL_ISA forces a path (the library reads it); otherwise RAG_CPU_ISA=avx2|avx512,
+    """RAG_KERNEL_ISA forces a path (the library reads it); otherwise RAG_CPU_ISA=avx2|avxvnni|avx512,
     which masks the engine's CPU flags above that level (inference.cpu_features), also caps the
     kernels, so one variable measures what an AVX2-only or AMX-less CPU runs."""
     forced = os.environ.get("RAG_KERNEL_ISA")
@@ -107,8 +107,8 @@ def _require() -> None:
 
 
 def isa() -> str:
-    """The active path: scalar | avx2 | avx512 | amx | neon (amx = the AVX-512 path with its panel
-    GEMMs on the AMX-INT8 tile unit)."""
+    """The active path: scalar | avx2 | avxvnni | avx512 | amx | neon (avxvnni = the AVX2 kernels with
+    VEX vpdpbusd; amx = the AVX-512 path with its panel GEMMs on the AMX-INT8 tile unit)."""
     _require()
     return str(torch.ops.ragk.isa())
 

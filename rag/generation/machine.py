@@ -72,7 +72,7 @@ def predicted_kernel_isa(flags: frozenset[str]) -> str:
     if {"avx2", "fma"} <= flags:
         if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
             return "avx512"
-        return "avx2"
+        return "avxvnni" if "avx_vnni" in flags else "avx2"
     return "scalar"
 
 

@@ -17,6 +17,9 @@ def test_isa_mask_drops_only_the_flags_above_the_level(monkeypatch):
     monkeypatch.setenv("RAG_CPU_ISA", "avx2")
     assert cpu_features.cpu_flags() == {"sse4_2", "avx", "avx2", "fma", "f16c"}
     assert not cpu_features.has_fast_bf16() and not cpu_features.has_int8_dot()
+    monkeypatch.setenv("RAG_CPU_ISA", "avxvnni")  # an Alder Lake-class core: AVX-VNNI, no AVX-512
+    assert cpu_features.cpu_flags() == {"sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni"}
+    assert not cpu_features.has_fast_bf16() and cpu_features.has_int8_dot()
     monkeypatch.setenv("RAG_CPU_ISA", "avx512")
     assert cpu_features.cpu_flags() == real - {"amx_tile", "amx_int8", "amx_bf16"}
     assert cpu_features.has_fast_bf16() and cpu_features.has_int8_dot()

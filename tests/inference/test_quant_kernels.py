@@ -261,7 +261,7 @@ def test_isa_selection():
     """Catches a dispatch table that claims a path it cannot run or ignores a forced one: scalar
     is always there, AMX is offered exactly where the CPU has it, unknown/unsupported names raise
     with the supported list, RAG_KERNEL_ISA=scalar forces the scalar path at load and
-    RAG_CPU_ISA=avx2 caps it at AVX2."""
+    RAG_CPU_ISA=avx2 (avxvnni) caps it at AVX2 (AVX-VNNI)."""
     sup = ops.supported_isas()
     ops.set_isa(None)
     assert sup[0] == "scalar" and ops.isa() == sup[-1]
@@ -269,6 +269,10 @@ def test_isa_selection():
     from inference.cpu_features import cpu_flags
 
     flags = cpu_flags()
+    # AVX-VNNI offered exactly where the CPU reports it (a path on a CPU without it would SIGILL)
+    from inference.cpu_features import _cpuinfo
+
+    assert ("avxvnni" in sup) == ("avx_vnni" in _cpuinfo()[0] and "avx2" in sup)
     if {"amx_tile", "amx_int8"} <= flags and sys.platform == "linux":
         assert "amx" in sup and sup[-1] == "amx"  # the tile path is offered and chosen by default
     else:
@@ -295,6 +299,14 @@ def test_isa_selection():
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "avx2"
+    if "avxvnni" in sup:  # an Alder Lake-class CPU as measured on a bigger one
+        env = dict(os.environ, RAG_CPU_ISA="avxvnni")
+        env.pop("RAG_KERNEL_ISA", None)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "avxvnni"
 
 
 GEMM_TYPES = [t for t in ALL if F.block_size(t) > 1]
@@ -431,6 +443,23 @@ def test_panel_gemm_is_used_where_built(gemm_rows):
     assert rel_max(b.numpy(), a.numpy()) < 1e-5
 
 
+def test_q8_0_gemms_only_on_vpdpbusd_paths():
+    """Catches a Q8_0 panel or small-M GEMM registered on the AVX2 path (its 255 x 127 products
+    saturate maddubs' int16 sums) or missing on the VNNI paths (AVX-VNNI, AVX-512), where it is the
+    1.5-2.8x on Q8_0 prompts (docs/performance.md, session 25); values are checked per path above."""
+    paths = [p for p in ("avx2", "avxvnni", "avx512") if p in ops.supported_isas()]
+    if not paths:
+        pytest.skip("no x86 SIMD path on this CPU")
+    try:
+        for isa in paths:
+            ops.set_isa(isa)
+            want = isa != "avx2"
+            assert ops.has_gemm(F.Q8_0) == want and ops.has_xgemm(F.Q8_0) == want, isa
+            assert ops.has_gemm(F.Q4_K) and ops.has_xgemm(F.Q6_K), isa
+    finally:
+        ops.set_isa(None)
+
+
 @pytest.mark.parametrize("qtype", [F.Q4_K, F.Q5_0, F.Q6_K], ids=F.type_name)
 def test_gemm_rows_and_threads(qtype: int, forced_gemm):
     """Catches either GEMM reading the wrong weight rows for quant_matmul_rows (the constrained
@@ -497,10 +526,10 @@ def test_gemm_activation_blocks(qtype: int, forced_gemm):
 
 def test_small_m_gemm_default_band_per_path():
     """Catches the per-path default bands being lost or swapped: the AVX2 path runs the small-M
-    GEMM from 6 to 4,096 rows (1.2x the panel GEMM on prompts there), the AVX-512 path only from
+    GEMM from 6 to 4,096 rows (1.2x the panel GEMM on prompts there; AVX-VNNI the same), the AVX-512 path only from
     12 to 32 (slower than its panel GEMM on prompts), unless set (then on every path); the dispatch
     itself is checked by test_small_m_gemm_is_used_where_built."""
-    want = {"avx2": (6, 4096), "avx512": (12, 32)}
+    want = {"avx2": (6, 4096), "avxvnni": (6, 4096), "avx512": (12, 32)}
     paths = set(want) & set(ops.supported_isas())
     if not paths:
         pytest.skip("no x86 SIMD path on this CPU")

@@ -345,3 +345,17 @@ def test_a_busy_machine_measurement_is_flagged_and_measured_again_on_request(cac
     assert main(["models", "list"]) == 0
     out = capsys.readouterr().out
     assert "17.8 s!" in out and "measured while other processes kept the CPU busy" in out
+
+
+def test_predicted_kernel_isa_names_the_library_paths(monkeypatch):
+    """Catches the speed cache's machine key naming a path the kernel library never picks for those
+    flags (an AVX-VNNI laptop keyed as plain AVX2 would share the slower path's measurements)."""
+    from rag.generation.machine import predicted_kernel_isa
+
+    monkeypatch.delenv("RAG_KERNEL_ISA", raising=False)
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    assert predicted_kernel_isa(frozenset({"avx2", "fma"})) == "avx2"
+    assert predicted_kernel_isa(frozenset({"avx2", "fma", "avx_vnni"})) == "avxvnni"
+    assert predicted_kernel_isa(frozenset({"avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
+                                           "avx512_vnni"})) == "avx512"
+    assert predicted_kernel_isa(frozenset({"sse4_2"})) == "scalar"

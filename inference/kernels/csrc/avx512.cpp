@@ -17,6 +17,7 @@
 #define SFX avx512
 #define RAGK_MASK_OPS 1
 #define RAGK_VNNI 1
+#define RAGK_DPBUSD 1
 #define DOT_U8S8(acc, u, s) _mm256_dpbusd_epi32((acc), (u), (s))
 #define DOT_S16(acc, p, sc) _mm256_dpwssd_epi32((acc), (p), (sc))
 

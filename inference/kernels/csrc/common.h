@@ -259,6 +259,16 @@ void fill_scalar(IsaTable& t);
 void fill_avx2(IsaTable& t);
 void fill_avx512(IsaTable& t);
 #endif
+// AVX-VNNI (VEX vpdpbusd on 256-bit registers): compilers from GCC 11 / clang 12 know the target.
+#if defined(__x86_64__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define RAGK_HAVE_AVXVNNI 1
+void fill_avxvnni(IsaTable& t);
+// CPUID.(EAX=7, ECX=1):EAX bit 4 (the compilers' __builtin_cpu_supports names differ by version).
+bool cpu_has_avxvnni();
+#else
+#define RAGK_HAVE_AVXVNNI 0
+#endif
 // AMX-INT8 tile GEMM (x86_amx.inc): Linux on x86-64 with a compiler that has the tile intrinsics.
 #if defined(__x86_64__) && defined(__linux__) && \
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))

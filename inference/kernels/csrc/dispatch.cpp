@@ -1,6 +1,9 @@
 // One kernel table per ISA path, chosen at load from what the CPU reports (or RAG_KERNEL_ISA),
 // switchable at run time so tests can compare every path with the scalar reference.
 #include <atomic>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -31,6 +34,14 @@ struct Registry {
       fill_avx2(a);
       a.name = "avx2";
       tables.push_back(a);
+#if RAGK_HAVE_AVXVNNI
+      if (cpu_has_avxvnni()) {
+        IsaTable v = tables.back();
+        fill_avxvnni(v);
+        v.name = "avxvnni";
+        tables.push_back(v);
+      }
+#endif
       if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
         IsaTable b = tables.back();
@@ -75,6 +86,14 @@ Registry& registry() {
 }
 
 }  // namespace
+
+#if RAGK_HAVE_AVXVNNI
+bool cpu_has_avxvnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return (a >> 4) & 1u;  // the OS saves YMM state: implied by the AVX2 check before it
+}
+#endif
 
 const IsaTable& active_table() { return *registry().active.load(std::memory_order_acquire); }
 
