@@ -27,45 +27,31 @@ struct Registry {
     fill_scalar(t);
     t.name = "scalar";
     tables.push_back(t);
+    // each path starts from the one below it (entries it does not fill keep that path's)
+    auto add = [this](void (*fill)(IsaTable&), const char* name) {
+      IsaTable x = tables.back();
+      fill(x);
+      x.name = name;
+      tables.push_back(x);
+    };
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      IsaTable a = tables.back();
-      fill_avx2(a);
-      a.name = "avx2";
-      tables.push_back(a);
+      add(fill_avx2, "avx2");
 #if RAGK_HAVE_AVXVNNI
-      if (cpu_has_avxvnni()) {
-        IsaTable v = tables.back();
-        fill_avxvnni(v);
-        v.name = "avxvnni";
-        tables.push_back(v);
-      }
+      if (cpu_has_avxvnni()) add(fill_avxvnni, "avxvnni");
 #endif
       if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-        IsaTable b = tables.back();
-        fill_avx512(b);
-        b.name = "avx512";
-        tables.push_back(b);
+        add(fill_avx512, "avx512");
 #if RAGK_HAVE_AMX
-        if (amx_ready()) {
-          IsaTable c = tables.back();
-          fill_amx(c);
-          c.name = "amx";
-          tables.push_back(c);
-        }
+        if (amx_ready()) add(fill_amx, "amx");
 #endif
       }
     }
 #endif
 #if defined(__aarch64__)
-    {
-      IsaTable a = tables.back();
-      fill_neon(a);
-      a.name = "neon";
-      tables.push_back(a);
-    }
+    add(fill_neon, "neon");
 #endif
     for (size_t i = 0; i < tables.size(); ++i) {
       if (i) csv += ",";
