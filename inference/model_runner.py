@@ -183,11 +183,11 @@ class ModelRunner:
         meta.suffix_bias = bias.to(self.device)
 
     def _logits(self, last: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """The head on the sampled rows (`seqs[r]` owns row r). A row that asks only for some
-        candidates' logits gets just those rows of the head, the rest of its vocabulary -inf (the
-        same sampler and log-softmax then work within the candidate set): a yes/no check skips a
-        151,936-row head GEMV for 2-6 rows."""
-        wants = [_candidates_only(s) for s in seqs]
+        """The head on the sampled rows (`seqs[r]` owns row r). A row that needs only some tokens'
+        logits (`_head_rows`) gets just those rows of the head, the rest of its vocabulary -inf (the
+        same sampler and log-softmax then work within the set): a yes/no check skips a 151,936-row
+        head GEMV for 2-6 rows, a JSON step outside a string for its punctuation and keys."""
+        wants = [_head_rows(s, self.model.vocab_rows) for s in seqs]
         if not any(wants):
             return self.model.compute_logits(last)
         out = torch.full((last.shape[0], self.model.vocab_rows), float("-inf"), dtype=torch.float32,
@@ -238,10 +238,20 @@ class ModelRunner:
         return RunOutput(logits.float().cpu(), owners, prompt_lps, kept)
 
 
-def _candidates_only(seq: Sequence) -> tuple[int, ...] | None:
-    """The candidate ids whose head rows are all this row needs (`SamplingParams.candidates_only`)."""
+def _head_rows(seq: Sequence, vocab: int) -> tuple[int, ...] | None:
+    """The head rows that are all this row needs, or None for the whole head: the candidates of a
+    `SamplingParams.candidates_only` first token, or what the last logits processor will leave
+    unmasked when it says so before the step (`head_rows`, the JSON schema processor outside
+    strings; the last one, since its mask is then final). Not when the request wants logprobs:
+    those are normalised over the whole vocabulary."""
     p = seq.params
-    return tuple(sorted(set(p.candidate_token_ids))) if p.candidates_only and seq.num_output_tokens == 0 else None
+    if p.candidates_only and seq.num_output_tokens == 0:
+        return tuple(sorted(set(p.candidate_token_ids)))
+    if p.logits_processors and p.logprobs is None:
+        rows = getattr(p.logits_processors[-1], "head_rows", None)
+        ids = rows(seq.output_token_ids, vocab) if rows is not None else None
+        return tuple(sorted(set(ids))) if ids else None
+    return None
 
 
 def _triton_ok() -> bool:

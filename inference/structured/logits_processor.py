@@ -64,6 +64,8 @@ def _utf8(b: bytes | None) -> str | None:
 
 
 _vocab = per_tokenizer(_Vocab)
+# A step restricted to at most 1/HEAD_ROWS_SHARE of the vocabulary gets only those head rows computed.
+HEAD_ROWS_SHARE = 4
 
 
 class JsonSchemaLogitsProcessor:
@@ -144,28 +146,44 @@ class JsonSchemaLogitsProcessor:
             out += node.get(None, [])
         return out
 
-    def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+    def _mask(self, token_ids: list[int], n: int) -> torch.Tensor | None:
+        """The tokens (of the first `n`) this step may sample, or None when nothing is valid (then
+        nothing is masked: the engine stops on max_tokens)."""
         self._advance(list(token_ids))
         state = self._state
-        n = logits.shape[-1]
-        full = torch.zeros(n, dtype=torch.bool, device=logits.device)
+        full = torch.zeros(n, dtype=torch.bool)
         if state is not None and self.max_tokens is not None and not self.automaton.is_complete(state):
             closing = self.automaton.completion(state)
             if self.max_tokens - len(token_ids) <= len(closing) + 1:
                 for tid in self._closing_tokens(closing):
                     if tid < n:
                         full[tid] = True
-                return logits.masked_fill(~full, float("-inf")) if bool(full.any()) else logits
+                return full if bool(full.any()) else None
         if state is not None:
             m = self.allowed(state)
             k = min(n, m.shape[0])
-            full[:k] = m[:k].to(logits.device)
+            full[:k] = m[:k]
             if self.automaton.is_complete(state):
                 full[:] = False
         done = state is None or self.automaton.is_complete(state)
         for e in self.eos_ids:
             if e is not None and e < n:
                 full[e] = done
-        if not bool(full.any()):
-            return logits  # nothing valid (should not happen); let the engine stop on max_tokens
-        return logits.masked_fill(~full, float("-inf"))
+        return full if bool(full.any()) else None
+
+    def head_rows(self, token_ids: list[int], n: int) -> list[int] | None:
+        """The output-head rows this step needs (`ModelRunner` computes only those when they are
+        few): the ids `__call__` will leave unmasked, or None for a step that may sample most of
+        the vocabulary (inside a string) or that masks nothing. Outside strings a step allows a
+        few hundred tokens at most (punctuation, a key's next characters, a literal)."""
+        mask = self._mask(token_ids, n)
+        if mask is None:
+            return None
+        ids = mask.nonzero().squeeze(1)
+        return ids.tolist() if ids.numel() <= n // HEAD_ROWS_SHARE else None
+
+    def __call__(self, token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        mask = self._mask(token_ids, logits.shape[-1])
+        if mask is None:
+            return logits
+        return logits.masked_fill(~mask.to(logits.device), float("-inf"))

@@ -8,6 +8,7 @@ dequantised once with gguf-py, `F.linear`), and the kernel-only bounds are skipp
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -360,3 +361,38 @@ def test_candidates_only_computes_their_head_rows_alone(block_llm, llm, prompts,
         SamplingParams(max_tokens=2, candidate_token_ids=cands, candidates_only=True)
     with pytest.raises(ValueError, match="candidates_only"):
         SamplingParams(max_tokens=1, candidates_only=True)
+
+
+def test_json_steps_outside_strings_compute_only_their_head_rows(block_llm, monkeypatch):
+    """Catches a JSON-schema request paying for the whole head at steps that can only sample
+    punctuation, keys or literals (the full `forward` of the head must run for fewer steps than
+    were decoded), or the restricted rows changing the document: greedy output is token-identical
+    to the same request with the restriction off, and a request that wants logprobs keeps the whole
+    head (its logprobs are normalised over the vocabulary)."""
+    from inference.sampling_params import SamplingParams
+    from inference.structured import logits_processor
+
+    schema = {"type": "object", "properties": {"colors": {"type": "array", "items": {
+        "type": "string", "maxLength": 12}, "minItems": 2, "maxItems": 3}, "count": {"type": "integer"}},
+        "required": ["colors", "count"]}
+    msgs = [{"role": "user", "content": "Name three colors and how many there are, as JSON."}]
+    sp = SamplingParams(temperature=0.0, max_tokens=40, json_schema=schema)
+    head = block_llm.engine.model.lm_head
+    real = head.forward
+    calls = {"full": 0}
+
+    def counting(x, _real=real):
+        calls["full"] += 1
+        return _real(x)
+
+    monkeypatch.setattr(head, "forward", counting)
+    got = block_llm.chat(msgs, sp)[0]
+    restricted_calls = calls["full"]
+    n = len(got.token_ids)
+    assert json.loads(got.text)["colors"]
+    assert restricted_calls < n, (restricted_calls, n)  # some steps ran on their rows alone
+    calls["full"] = 0
+    with_lp = block_llm.chat(msgs, sp.model_copy(update={"logprobs": 1}))[0]
+    assert calls["full"] == len(with_lp.token_ids) and with_lp.token_ids == got.token_ids
+    monkeypatch.setattr(logits_processor, "HEAD_ROWS_SHARE", 10**9)  # never restricted
+    assert block_llm.chat(msgs, sp)[0].token_ids == got.token_ids
