@@ -69,7 +69,7 @@ def shape_table(model: torch.nn.Module, paths: list[str], reps: int) -> list[dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="the GGUF kernels' ISA paths against each other on one engine")
     ap.add_argument("--model", default="qwen2.5-0.5b", help="a catalogue name or a .gguf path")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--isas", default=None,
