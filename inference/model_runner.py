@@ -250,7 +250,7 @@ def _head_rows(seq: Sequence, vocab: int) -> tuple[int, ...] | None:
     if p.logits_processors and p.logprobs is None:
         rows = getattr(p.logits_processors[-1], "head_rows", None)
         ids = rows(seq.output_token_ids, vocab) if rows is not None else None
-        return tuple(sorted(set(ids))) if ids else None
+        return tuple(ids) if ids else None  # ascending and distinct (a mask's nonzero ids)
     return None
 
 

@@ -87,6 +87,9 @@ class JsonSchemaLogitsProcessor:
         self._key = json.dumps(self.schema, sort_keys=True) + f"#{id(tokenizer)}"
         self._consumed = 0
         self._state: State | None = self.automaton.start
+        # the last step's mask, keyed by (tokens generated, vocabulary rows): the runner asks for it
+        # before the step (`head_rows`) and the sampler after it (`__call__`)
+        self._last: tuple[int, int, torch.Tensor | None] | None = None
         # With a token budget, the document is closed in time: once the shortest completion no
         # longer fits comfortably, only tokens that spell it are allowed.
         self.max_tokens = max_tokens
@@ -149,6 +152,13 @@ class JsonSchemaLogitsProcessor:
     def _mask(self, token_ids: list[int], n: int) -> torch.Tensor | None:
         """The tokens (of the first `n`) this step may sample, or None when nothing is valid (then
         nothing is masked: the engine stops on max_tokens)."""
+        if self._last is not None and self._last[:2] == (len(token_ids), n):
+            return self._last[2]
+        mask = self._compute_mask(token_ids, n)
+        self._last = (len(token_ids), n, mask)
+        return mask
+
+    def _compute_mask(self, token_ids: list[int], n: int) -> torch.Tensor | None:
         self._advance(list(token_ids))
         state = self._state
         full = torch.zeros(n, dtype=torch.bool)
