@@ -57,6 +57,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
              "quantization": cfg.generator.engine.quantization, "features": features,
              # the checks' K/V mode the points were answered with: `answer.check_kv: auto` reads it back
              "check_kv": resolved_check_kv(cfg),
+             # and how many passages each short answer read: `answer.short_k: null` reads it back
+             **({"short_k": short_k} if (short_k := _recorded_short_k(cfg)) < cfg.answer.context_k else {}),
              "dtype": _resolved_dtype(cfg), "languages": _languages(items),
              "domains": {d: sum(p.domain == d for p in points) for d in sorted(set(names))},
              **({"transfer_cv": cv} if cv else {}),
@@ -309,6 +311,13 @@ def _languages(items) -> list[str]:
 
     mix = language_mix(Counter(detect_language(it.question) or "und" for it in items))
     return sorted(lang for lang, share in mix.items() if share >= 0.2 and lang != "und")
+
+
+def _recorded_short_k(cfg) -> int:
+    """The passages each recorded short answer read (`ShortAnswerPolicy.short_k` of `context_k`)."""
+    from rag.answering.policy import Policies
+
+    return Policies(cfg).for_question("").short_k(cfg.answer.context_k)
 
 
 def _resolved_dtype(cfg) -> str:

@@ -150,6 +150,9 @@ class CalibrationEntry:
     # what `answer.check_kv: auto` means for this model: the setting its entry was measured to answer
     # as well with (`shared` saves the answer prompt's passages; None: `exact`)
     check_kv: str | None = None
+    # the passages a grounded short answer reads (`answer.short_k: null`): the number the entry's
+    # points were recorded with (None: every retrieved passage, `answer.context_k`)
+    short_k: int | None = None
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -161,7 +164,8 @@ class CalibrationEntry:
         return cls(RefusalModel.from_dict(entry["refusal_model"]) if "refusal_model" in entry else None,
                    SpanSelector.from_dict(entry["span_selector"])  # type: ignore[arg-type]
                    if "span_selector" in entry else None,
-                   probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"), entry.get("check_kv"))
+                   probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"), entry.get("check_kv"),
+                   entry.get("short_k"))
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

@@ -31,6 +31,11 @@ class AnswerConfig(BaseModel):
     follow_up_k: int | None = Field(3, ge=1, le=50, description=(
         "passages given to a chat follow-up (its prompt already holds the earlier turns' passages, and "
         "every new one is prefilled: fewer keep the second turn fast); null: context_k"))
+    short_k: int | None = Field(None, ge=1, le=50, description=(
+        "grounded short mode: the top passages the answer reads (one span candidate and one check each; "
+        "fewer checked passages, fewer distractors and a shorter prompt); null: the generator's calibration "
+        "entry's `short_k` (3 for the shipped Qwen entries, chosen by cross-validation on the calibration "
+        "questions, docs/results.md), else all context_k"))
     attribute: bool = Field(True, description="add inferred citations when the model writes none")
     attribution_overlap: float = Field(0.3, ge=0.0, le=1.0)
     refuse_below: float | None = Field(None, description="refuse without generating if the best score is lower")

@@ -242,7 +242,7 @@ class Pipeline:
         passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
                     for i, t in enumerate(texts)]
         return await arequest_for(self, Answer(question=question, text="", queries=[question]), passages, t0,
-                                  sampling, mode)
+                                  sampling, mode, ranked=False)
 
     def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
                passages: list[str] | None = None, history: Sequence[ChatTurn] = (),

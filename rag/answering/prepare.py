@@ -56,13 +56,18 @@ def answer_mode(mode: str | None, default: str) -> str:
 
 
 async def arequest_for(stages: Stages, answer: Answer, passages: list[Passage], t0: float, sampling: dict[str, Any],
-                       mode: str | None = None, history: Sequence[ChatTurn] = ()
+                       mode: str | None = None, history: Sequence[ChatTurn] = (), ranked: bool = True
                        ) -> tuple[Answer, prompt_mod.BuiltPrompt | None, SamplingParams | None]:
     """The partial Answer, the built prompt and the sampling params for `passages`; (answer, None,
     None) when compression left no passage (the answer is then the refusal, not decoded). On the
-    question's loop: the compressor is awaited, the prompt built in a worker thread."""
+    question's loop: the compressor is awaited, the prompt built in a worker thread. `ranked`:
+    the passages are retrieval's, best first, so a short answer keeps its top `short_k` (a
+    caller's own passages are all given)."""
     cfg = stages.cfg
     answer.mode = mode = answer_mode(mode, cfg.answer.mode)
+    if mode == "short" and cfg.answer.grounded and passages and ranked:
+        # the calibrated number of passages a short answer reads (before compression: the others are not read)
+        passages = passages[:stages.policies.for_question(answer.question).short_k(len(passages))]
     compressor = (await asyncio.to_thread(lambda: stages.compressor)) if passages else None
     if compressor is not None:
         t1 = time.perf_counter()

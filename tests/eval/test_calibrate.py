@@ -178,6 +178,10 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     assert entry["check_kv"] == "exact"
     assert main([*args(points), "--set", "answer.check_kv=shared"]) == 0
     assert json.loads(out.read_text())["/nonexistent/model.gguf"]["check_kv"] == "shared"
+    # and how many passages each answer read: none named when all of them were
+    assert "short_k" not in json.loads(out.read_text())["/nonexistent/model.gguf"]
+    assert main([*args(points), "--set", "answer.short_k=3"]) == 0
+    assert json.loads(out.read_text())["/nonexistent/model.gguf"]["short_k"] == 3
     short = tmp_path / "short.jsonl"
     short.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]), encoding="utf-8")
 

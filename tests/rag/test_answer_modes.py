@@ -285,3 +285,33 @@ def test_per_passage_candidates_follow_the_selector_and_cite_their_passage(pipel
         assert all("check_answer" in c["signals"] for c in r.candidates)
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_short_answers_read_the_calibrated_number_of_top_passages(pipeline):
+    """`answer.short_k`: a grounded short answer reads the top passages its calibration entry was
+    recorded with (the entry's `short_k`), one candidate and one check each; a configured value
+    beats the entry; long mode and a caller's own passages keep all of them. Bugs caught: the
+    entry's number ignored (five checks where three were calibrated: slower, and answers the
+    selector was not fitted on), the lower-ranked passages kept instead of the top ones, long mode
+    or given passages cut."""
+    from rag.calibration import calibration_path, save_thresholds
+    from tests.eval.qa_case import never_refusing_entry
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    question = "What is the capital city of Zarnovia?"
+    try:
+        full = _pipe(pipeline).ask(question, mode="long")
+        assert len(full.passages) == cfg.answer.context_k == 3
+        save_thresholds(path, cfg.generator.engine.model, {**never_refusing_entry(True), "short_k": 2})
+        a = _pipe(pipeline).ask(question, mode="short")
+        assert [p.chunk_id for p in a.passages] == [p.chunk_id for p in full.passages[:2]]
+        assert [c["passage"] for c in a.candidates] == [0, 1]
+        assert a.citations and a.citations[0].marker in (1, 2)
+        one = _pipe(pipeline, _cfg(pipeline, short_k=1)).ask(question, mode="short")
+        assert [p.chunk_id for p in one.passages] == [full.passages[0].chunk_id] and len(one.candidates) == 1
+        assert len(_pipe(pipeline).ask(question, mode="long").passages) == 3
+        texts = ["The capital city of Zarnovia is Velmora.", "Zarnovia has a green flag.", "Ostrel is a port."]
+        assert len(_pipe(pipeline).ask(question, passages=texts, mode="short").candidates) == 3
+    finally:
+        path.unlink(missing_ok=True)
