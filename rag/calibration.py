@@ -150,8 +150,9 @@ class CalibrationEntry:
     # what `answer.check_kv: auto` means for this model: the setting its entry was measured to answer
     # as well with (`shared` saves the answer prompt's passages; None: `exact`)
     check_kv: str | None = None
-    # the passages a grounded short answer reads (`answer.short_k: null`): the number the entry's
-    # points were recorded with (None: every retrieved passage, `answer.context_k`)
+    # the passages a grounded short answer reads with this entry (`answer.short_k: null`): the number
+    # its points were recorded with, or one measured on its calibration questions (the shipped
+    # entries); None: every retrieved passage (`answer.context_k`)
     short_k: int | None = None
 
     @classmethod

@@ -274,7 +274,8 @@ class Pipeline:
 
         gen, policies = await self._built("generator", "policies")
         await asyncio.to_thread(policies.for_question, answer.question)  # reads its calibration files: off the loop
-        agen = decode_answer(gen, self.cfg, policies, answer, built, params, t0, gen.eos_token_ids, request_id)
+        agen = decode_answer(gen, self.cfg, policies, answer, built, params, t0, gen.eos_token_ids, request_id,
+                             ranked=passages is None)
         try:
             async for item in agen:
                 yield item

@@ -76,11 +76,13 @@ def gates(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer) ->
 
 
 async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer,
-                     span_processor: Callable[[list[str], int, float | None], GroundedSpanProcessor]) -> Gate:
-    """Run the short answer's decision over the long answer's passages (the short prompt, its
-    grounded-span decoder, its checks, its policy) and return it; the answer's `refusal_calibration`,
+                     span_processor: Callable[[list[str], int, float | None], GroundedSpanProcessor],
+                     ranked: bool = True) -> Gate:
+    """Run the short answer's decision over the long answer's top `short_k` passages (the short
+    prompt, its grounded-span decoder, its checks, its policy) and return it; the answer's `refusal_calibration`,
     `candidates` and check timing record it as a short answer's do. `span_processor(texts,
-    max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`)."""
+    max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`).
+    `ranked`: the passages are retrieval's (a caller's own are all read, as short mode reads them)."""
     from .short import check_anchor, checks_first, decide_per_passage, decide_single
 
     t0 = time.perf_counter()
@@ -88,12 +90,15 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     policy = policies.for_question(answer.question)
     params = cfg.generator.sampling.params(max_tokens=cfg.answer.short_max_tokens, repetition_penalty=1.0)
     budget = generator.max_model_len - params.max_tokens
+    # the top passages a short answer would read (`short_k`: what the policy was fitted on); the
+    # long answer itself still reads them all
+    read = list(answer.passages)[:policy.short_k(len(answer.passages)) if ranked else None]
     built = await asyncio.to_thread(prompt_mod.build, cfg.prompt, generator.tokenizer, question,
-                                    list(answer.passages), budget, "short")
+                                    read, budget, "short")
     texts = [prompt_mod.passage_body(cfg.prompt, p) for p in built.passages]
     spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
     anchor = built.passage_anchor if spans else None
-    if len(built.passages) != len(answer.passages):  # the short prompt is the smaller one; never expected
+    if len(built.passages) != len(read):  # the short prompt is the smaller one; never expected
         raise RuntimeError("the short-answer gate lost passages the long prompt holds")
     if policy.per_passage:
         def processor(ts: list[str]) -> GroundedSpanProcessor:
@@ -101,16 +106,16 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
 
         decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
                                                processor, spans, anchor, check_anchor(policy.check_kv, anchor),
-                                               checks_first(policy.check_kv, anchor))
+                                               checks_first(policy.check_kv, anchor), texts)
     else:
         span = span_processor(texts, params.max_tokens, policy.decoder_margin)
         params.logits_processors = [*params.logits_processors, span]
         out = await generator.agenerate(built.token_ids, params, passage_spans=spans, passage_anchor=anchor)
-        markers = MarkerFilter({p.marker for p in answer.passages})
+        markers = MarkerFilter({p.marker for p in built.passages})
         markers.feed(out.outputs[0].text)
         markers.flush()
         decision = await decide_single(generator, cfg.prompt, policies, answer, markers.text, span,
-                                       check_anchor(policy.check_kv, anchor))
+                                       check_anchor(policy.check_kv, anchor), texts)
     answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
     answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
     marker = None if decision.citation is None else answer.passages[decision.citation].marker

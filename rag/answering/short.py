@@ -55,14 +55,15 @@ def checks_first(check_kv: str, anchor: list[int] | None) -> bool:
 
 
 async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, answer: Answer, streamed: str,
-                        span: GroundedSpanProcessor | None, anchor: list[int] | None = None) -> Decision:
+                        span: GroundedSpanProcessor | None, anchor: list[int] | None = None,
+                        bodies: list[str] | None = None) -> Decision:
     """The decision on the one decode over all passages. `streamed`: its marker-checked text;
     `span`: its grounded-span processor (None: a prompted answer, e.g. on a remote backend);
     `anchor`: `check_anchor` of its prompt (None: the checks key their passage under their own
-    template)."""
+    template); `bodies`: the passages' texts as its prompt holds them (None: the answer's)."""
     from ..answerability import check_signals
 
-    bodies = _bodies(cfg, answer)
+    bodies = bodies if bodies is not None else _bodies(cfg, answer)
     if span is None:  # nothing to weigh: the text, unless it is the refusal, cited where it is found
         return policies.plain.judge(Candidate(streamed, {}, _first_source(streamed, bodies),
                                               says_refusal(streamed, cfg.refusal)))
@@ -88,7 +89,8 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
                              token_ids: list[int], params: Any,
                              processor_for: Callable[[list[str]], GroundedSpanProcessor],
                              spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None,
-                             check_anchor: list[int] | None = None, first: bool = False) -> tuple[Decision, Any]:
+                             check_anchor: list[int] | None = None, first: bool = False,
+                             bodies: list[str] | None = None) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
     in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
@@ -96,14 +98,15 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
     (`checks_first`): the passage checks of every passage run before the decode, whose prompt then
     reads the passages' K/V they stored (a passage that gives no span is checked for nothing). With
     a first-token selector the checks also run first without sharing, and only the best candidate
-    decodes to its end (`decode_best_first`)."""
+    decodes to its end (`decode_best_first`). `bodies`: the passages' texts as the prompt holds them
+    (None: the answer's; the long answer's gate reads its top `short_k` only)."""
     from ..answerability import answer_check, passage_signals
 
     if first:  # they store each passage under the answer prompt's key; the answer check reads it back
         check_anchor = anchor
     q = answer.standalone_question
     answer.refusal_calibration = policy.calibration
-    bodies = _bodies(cfg, answer)
+    bodies = bodies if bodies is not None else _bodies(cfg, answer)
     t1 = time.perf_counter()
     # together, so the engine prefills them in one batch; each computes its passage (or reads it
     # from an earlier question's check) and leaves it stored for the decode's prompt

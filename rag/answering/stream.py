@@ -39,9 +39,11 @@ def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, tex
 
 async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
                         params: Any, t0: float, eos: set[int] | int | None,
-                        request_id: str | None = None) -> AsyncIterator[str | Answer]:
+                        request_id: str | None = None, ranked: bool = True) -> AsyncIterator[str | Answer]:
     """Text deltas (a long answer's, as generated; a short answer's whole, once decided), then the
-    final `Answer`. Closing this generator closes the engine stream (the request is aborted)."""
+    final `Answer`. Closing this generator closes the engine stream (the request is aborted).
+    `ranked`: the passages are retrieval's, best first (a long answer's gate then reads the top
+    `short_k`, as a short answer does; a caller's own passages are all read)."""
     short = answer.mode == "short"  # a few tokens that may still turn into the refusal: sent whole
     # where the passages are, for the engine's passage KV cache (None when the backend has none)
     spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
@@ -61,7 +63,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             def processor(texts: list[str], max_tokens: int, margin: float | None) -> GroundedSpanProcessor:
                 return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
 
-            gate = await short_gate(generator, cfg, policies, answer, processor)
+            gate = await short_gate(generator, cfg, policies, answer, processor, ranked)
         policy = policies.for_question(answer.question)
         grounding = grounding_for(generator, cfg, answer, policy.entry, gate, check_anchor(policy.check_kv, anchor))
         if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited

@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--filter", dest="filters", action="append", default=[], metavar="KEY=VALUE",
                    help="metadata filter (repeatable), same syntax as `rag search`")
     p.add_argument("--collection")
-    p.add_argument("--k", type=int, help="passages given to the model (answer.context_k)")
+    p.add_argument("--k", type=int, help="passages given to the model (answer.context_k; a grounded short answer "
+                                                   "reads the top answer.short_k of them)")
     p.add_argument("--stream", action="store_true", help="print the answer as it is generated")
     p.add_argument("--json", action="store_true", help="print the Answer as one JSON object")
     p.add_argument("--max-tokens", type=int)

@@ -130,3 +130,22 @@ def test_check_kv_auto_follows_the_models_entry(tmp_path, monkeypatch):
     assert resolved(cal.CalibrationEntry(check_kv="prompt"), "shared") == "shared"
     cal.save_thresholds(local, "qwen2.5-1.5b", {"check_kv": "prompt"})
     assert resolved(cal.load_entry(local, "qwen2.5-1.5b")) == "prompt"  # the local file's entry
+
+
+def test_short_k_follows_the_models_entry(tmp_path):
+    """How many top passages a short answer reads: the configured `answer.short_k`, else the
+    generator's calibration entry's (the shipped Qwen entries were recorded over three), else every
+    retrieved one, never more than were retrieved. Bugs caught: the shipped number lost from the
+    file, the user's setting ignored, a cut to more passages than exist, an uncalibrated model
+    (SmolLM2) losing passages."""
+    from rag.answering.policy import ShortAnswerPolicy
+    from rag.config import AnswerConfig
+
+    local = tmp_path / "none.json"
+    for m in ("qwen2.5-1.5b", "qwen2.5-0.5b"):
+        assert cal.load_entry(local, m).short_k == 3
+        assert ShortAnswerPolicy(cal.load_entry(local, m)).short_k(5) == 3
+        assert ShortAnswerPolicy(cal.load_entry(local, m)).short_k(2) == 2
+        assert ShortAnswerPolicy(cal.load_entry(local, m), AnswerConfig(short_k=5)).short_k(5) == 5
+    assert ShortAnswerPolicy(cal.load_entry(local, "smollm2")).short_k(5) == 5
+    assert ShortAnswerPolicy(cal.CalibrationEntry(short_k=4), AnswerConfig(short_k=1)).short_k(5) == 1

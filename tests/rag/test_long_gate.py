@@ -147,3 +147,26 @@ def test_uncalibrated_language_is_not_gated(pipeline, calibrated):
     calibrated(-1e9, ["en"])
     _, a = _stream(_pipe(pipeline), "XR-300 無人機能飛多久？", [HARBOUR, DRONE])
     assert "gate" not in a.grounding and "gate" not in a.timings_ms
+
+
+def test_the_gate_reads_the_passages_a_short_answer_reads(pipeline):
+    """Catches a long answer's gate deciding over passages its short answer never reads: with an
+    entry recorded over the top 2 (`short_k`), a retrieved question's gate decodes and checks one
+    candidate per top passage only, while the long answer keeps every retrieved passage; a caller's
+    own passages are all read, in both modes."""
+    from rag.calibration import calibration_path, save_thresholds
+    from tests.eval.qa_case import never_refusing_entry
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {**never_refusing_entry(True), "short_k": 2})
+        pipe = _pipe(pipeline)
+        _, a = collect(pipe.stream("What is the capital city of Zarnovia?", mode="long"))
+        assert a.grounding["gate"]["refused"] is False
+        assert len(a.passages) == cfg.answer.context_k == 3
+        assert [c["passage"] for c in a.candidates] == [0, 1]
+        _, given = _stream(pipe, "How long does the XR-300 drone fly?", [HARBOUR, DRONE, DRONE + " It is red."])
+        assert [c["passage"] for c in given.candidates] == [0, 1, 2]
+    finally:
+        path.unlink(missing_ok=True)
