@@ -66,8 +66,10 @@ async def arequest_for(stages: Stages, answer: Answer, passages: list[Passage], 
     cfg = stages.cfg
     answer.mode = mode = answer_mode(mode, cfg.answer.mode)
     if mode == "short" and cfg.answer.grounded and passages and ranked:
-        # the calibrated number of passages a short answer reads (before compression: the others are not read)
-        passages = passages[:stages.policies.for_question(answer.question).short_k(len(passages))]
+        # the calibrated number of passages a short answer reads (before compression: the others are not
+        # read); off the loop: the policy reads its calibration files (and `auto` resolves the model)
+        policy = await asyncio.to_thread(lambda: stages.policies.for_question(answer.question))
+        passages = passages[:policy.short_k(len(passages))]
     compressor = (await asyncio.to_thread(lambda: stages.compressor)) if passages else None
     if compressor is not None:
         t1 = time.perf_counter()
