@@ -58,7 +58,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
              # the checks' K/V mode the points were answered with: `answer.check_kv: auto` reads it back
              "check_kv": resolved_check_kv(cfg),
              # and how many passages each short answer read: `answer.short_k: null` reads it back
-             **({"short_k": short_k} if (short_k := _recorded_short_k(cfg)) < cfg.answer.context_k else {}),
+             **({"short_k": short_k} if (short_k := _recorded_short_k(cfg, items)) < cfg.answer.context_k else {}),
              "dtype": _resolved_dtype(cfg), "languages": _languages(items),
              "domains": {d: sum(p.domain == d for p in points) for d in sorted(set(names))},
              **({"transfer_cv": cv} if cv else {}),
@@ -313,11 +313,12 @@ def _languages(items) -> list[str]:
     return sorted(lang for lang, share in mix.items() if share >= 0.2 and lang != "und")
 
 
-def _recorded_short_k(cfg) -> int:
-    """The passages each recorded short answer read (`ShortAnswerPolicy.short_k` of `context_k`)."""
+def _recorded_short_k(cfg, items) -> int:
+    """The passages each recorded short answer read (`ShortAnswerPolicy.short_k` of `context_k`, as
+    the policy of the first calibration question's language resolves it)."""
     from rag.answering.policy import Policies
 
-    return Policies(cfg).for_question("").short_k(cfg.answer.context_k)
+    return Policies(cfg).for_question(items[0].question if items else "").short_k(cfg.answer.context_k)
 
 
 def _resolved_dtype(cfg) -> str:

@@ -154,6 +154,9 @@ class CalibrationEntry:
     # its points were recorded with, or one measured on its calibration questions (the shipped
     # entries); None: every retrieved passage (`answer.context_k`)
     short_k: int | None = None
+    # the question languages `short_k` was measured for (None: every language the entry applies to);
+    # in the others a short answer reads every passage until a calibration says otherwise
+    short_k_languages: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -166,7 +169,8 @@ class CalibrationEntry:
                    SpanSelector.from_dict(entry["span_selector"])  # type: ignore[arg-type]
                    if "span_selector" in entry else None,
                    probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"), entry.get("check_kv"),
-                   entry.get("short_k"))
+                   entry.get("short_k"),
+                   tuple(entry["short_k_languages"]) if "short_k_languages" in entry else None)
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

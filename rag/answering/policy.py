@@ -186,12 +186,15 @@ class ShortAnswerPolicy:
 
     def short_k(self, n: int) -> int:
         """How many of `n` retrieved passages (best first) a grounded short answer reads: as
-        configured (`answer.short_k`), else the calibration entry's, else all. Why: the entry's
+        configured (`answer.short_k`), else the calibration entry's where it was measured for the
+        question's language (`short_k_languages`), else all. Why: the entry's
         selector and refusal model decide well over that many passages (recorded or measured so), and
         on the SQuAD calibration questions the shipped entries decide better over the top three than
         over five (the lower-ranked passages mostly add distractor spans), while each passage left
         out saves its check and its prefill."""
-        k = self.answer.short_k if self.answer.short_k is not None else self.entry.short_k
+        e = self.entry
+        measured = e.short_k_languages is None or self.language in e.short_k_languages
+        k = self.answer.short_k if self.answer.short_k is not None else (e.short_k if measured else None)
         return min(n, k) if k else n
 
     @property
