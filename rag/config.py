@@ -34,8 +34,8 @@ class AnswerConfig(BaseModel):
     short_k: int | None = Field(None, ge=1, le=50, description=(
         "grounded short mode: the top passages the answer reads (one span candidate and one check each; "
         "fewer checked passages, fewer distractors and a shorter prompt); null: the generator's calibration "
-        "entry's `short_k` (3 for the shipped Qwen entries, chosen by cross-validation on the calibration "
-        "questions, docs/results.md), else all context_k"))
+        "entry's `short_k` where measured for the question's language (3 for English with the shipped Qwen "
+        "entries, measured on their calibration questions, docs/results.md), else all context_k"))
     attribute: bool = Field(True, description="add inferred citations when the model writes none")
     attribution_overlap: float = Field(0.3, ge=0.0, le=1.0)
     refuse_below: float | None = Field(None, description="refuse without generating if the best score is lower")
