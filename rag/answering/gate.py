@@ -79,8 +79,8 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
                      span_processor: Callable[[list[str], int, float | None], GroundedSpanProcessor],
                      ranked: bool = True) -> Gate:
     """Run the short answer's decision over the long answer's top `short_k` passages (the short
-    prompt, its grounded-span decoder, its checks, its policy) and return it; the answer's `refusal_calibration`,
-    `candidates` and check timing record it as a short answer's do. `span_processor(texts,
+    prompt, its grounded-span decoder, its checks, its policy) and return it; the answer's
+    `refusal_calibration`, `candidates` and check timing record it as a short answer's do. `span_processor(texts,
     max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`).
     `ranked`: the passages are retrieval's (a caller's own are all read, as short mode reads them)."""
     from .short import check_anchor, checks_first, decide_per_passage, decide_single
@@ -90,7 +90,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     policy = policies.for_question(answer.question)
     params = cfg.generator.sampling.params(max_tokens=cfg.answer.short_max_tokens, repetition_penalty=1.0)
     budget = generator.max_model_len - params.max_tokens
-    # the top passages a short answer would read (`short_k`: what the policy was fitted on); the
+    # the top passages a short answer would read (`short_k`: what the policy decides well over); the
     # long answer itself still reads them all
     read = list(answer.passages)[:policy.short_k(len(answer.passages)) if ranked else None]
     built = await asyncio.to_thread(prompt_mod.build, cfg.prompt, generator.tokenizer, question,
