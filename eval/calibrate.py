@@ -23,11 +23,13 @@ import numpy as np
 
 from eval.datasets import QAItem, sample_ids
 from rag.answering.signals import (
+    CHECK_ANSWER,
     CUT_NUMBER,
     MARGIN,
     MIN_LOGPROB,
     REFUSAL_FEATURES,
     SELECTOR_FEATURES,
+    SENTENCE_REFUSAL_FEATURES,
     SPAN_TOKENS,
 )
 
@@ -131,16 +133,57 @@ def fit_refusal_model(points: Sequence[Point], max_false_refusal: float = 0.15,
     std[std == 0] = 1.0
     coef, bias = _logistic((x - mean) / std, y, l2)
     score = ((x - mean) / std) @ coef + bias
+    best = _best_cut(points, live, list(score), max_false_refusal)
+    model = {"features": feats, "mean": mean.tolist(), "std": std.tolist(), "coef": coef.tolist(),
+             "bias": bias, "threshold": best.pop("threshold")}
+    return {"refusal_model": model, **best, "n": float(len(points))}
+
+
+def _best_cut(points: Sequence[Point], live: Sequence[bool], score: Sequence[float],
+              max_false_refusal: float) -> dict:
+    """The score cut (refuse at score >= cut) with the best F1 whose false-refusal rate stays within
+    the cap; ties keep the higher cut (fewer refusals). `score`: one per live point; a point that is
+    not live is a refusal at any cut."""
     best: dict | None = None
     for t in reversed(_cands(list(score))):
-        cut = iter(score >= t)
+        cut = iter(np.asarray(score) >= t)
         s = _score_refusals(points, [bool(next(cut)) if ok else True for ok in live])
         if s["false_refusal"] <= max_false_refusal and (best is None or s["f1"] > best["f1"] + 1e-12):
             best = {"threshold": float(t), **s}
     assert best is not None  # the top cut refuses nothing, so it always qualifies
-    model = {"features": feats, "mean": mean.tolist(), "std": std.tolist(), "coef": coef.tolist(),
-             "bias": bias, "threshold": best.pop("threshold")}
-    return {"refusal_model": model, **best, "n": float(len(points))}
+    return best
+
+
+def sentence_points(answers: Sequence[dict]) -> list[Point]:
+    """Points from long answers to explanatory questions judged by a sentence gate that refused
+    nothing (`rag eval qa --mode long --answers`, every grounded sentence's `signals` recorded): one
+    per question, the signals of its first judged sentence, F1 1.0 for an answerable question whose
+    answer contains a gold answer (`right`), else 0; a question with no judged sentence (every
+    sentence dropped by its grounding) is a refusal at any cut."""
+    pts = []
+    for d in answers:
+        judged = [s for s in (d.get("grounding") or {}).get("sentences", []) if s.get("signals")]
+        f1 = 0.0 if d["is_impossible"] else float(bool(d.get("right")))
+        signals = {**judged[0]["signals"], SPAN_TOKENS: 1.0} if judged else {}
+        pts.append(Point(0.0, bool(d["is_impossible"]), f1, 0.0, signals, [], d.get("domain", "")))
+    return pts
+
+
+def rechoose_sentence_threshold(model: dict, answers: Sequence[dict], max_false_refusal: float = 1.0) -> dict:
+    """`model` (a sentence refusal model) with its cut chosen again on sentences (`sentence_points`),
+    the refusal model's rule (`_best_cut`): fitted on short answers' spans, its answer check read a
+    span; a sentence restates the question and reads higher, so the cut the spans gave lets more
+    unanswerable questions through (docs/results.md, session 27). Returns the model and its scores."""
+    from rag.calibration import RefusalModel
+
+    pts = sentence_points(answers)
+    live = [bool(p.signals) for p in pts]
+    rm = RefusalModel.from_dict(model)
+    scores = [rm.score(p.signals) for p, ok in zip(pts, live) if ok]
+    if any(v is None for v in scores):
+        raise ValueError("the answers lack a signal the sentence model reads (recorded without its probe?)")
+    best = _best_cut(pts, live, scores, max_false_refusal)  # type: ignore[arg-type]
+    return {"model": {**model, "threshold": best.pop("threshold")}, **best, "n": float(len(pts))}
 
 
 def gave_span_point(p: Point) -> bool:
@@ -201,12 +244,25 @@ def select_candidates(points: Sequence[Point], selector: dict | None) -> list[Po
 def fit_entry(points: Sequence[Point], max_false_refusal: float = 0.15,
               refusal_features: Sequence[str] = REFUSAL_FEATURES,
               selector_features: Sequence[str] | None = SELECTOR_FEATURES) -> dict:
-    """The span selector (None without candidates, or `selector_features` None) and the refusal model
-    fitted on the candidates the selector chooses: what `rag eval calibrate` stores, and what each
-    fold of `domain_cv` refits."""
+    """The span selector (None without candidates, or `selector_features` None), the refusal model
+    fitted on the candidates the selector chooses and the sentence refusal model fitted on the same:
+    what `rag eval calibrate` stores, and what each fold of `domain_cv` refits."""
     selector = fit_span_selector(points, selector_features) if selector_features else None
-    fitted = fit_refusal_model(select_candidates(points, selector), max_false_refusal, refusal_features)
-    return {**fitted, "span_selector": selector}
+    chosen = select_candidates(points, selector)
+    fitted = fit_refusal_model(chosen, max_false_refusal, refusal_features)
+    return {**fitted, "span_selector": selector,
+            "sentence_refusal_model": fit_sentence_model(chosen, max_false_refusal)}
+
+
+def fit_sentence_model(chosen: Sequence[Point], max_false_refusal: float = 0.15) -> dict | None:
+    """The sentence refusal model (`gate.SentenceGate`): a refusal model over the signals that need no
+    span (`SENTENCE_REFUSAL_FEATURES`, those the points carry), fitted on the chosen candidates with
+    the same cap; None when the points lack the answer check (a run without checks)."""
+    try:
+        model = fit_refusal_model(chosen, max_false_refusal, SENTENCE_REFUSAL_FEATURES)["refusal_model"]
+    except ValueError:
+        return None
+    return model if CHECK_ANSWER in model["features"] else None
 
 
 def decide(points: Sequence[Point], entry: dict) -> list[tuple[Point, bool]]:

@@ -47,6 +47,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 **{k: fitted[k] for k in ("f1", "refusal_acc", "false_refusal")}}
         if fitted["span_selector"] is not None:
             best["span_selector"] = fitted["span_selector"]
+        if fitted["sentence_refusal_model"] is not None:
+            best["sentence_refusal_model"] = fitted["sentence_refusal_model"]
         cv = domain_cv(points, args.max_false_refusal, refusal_feats, selector_feats)
     selector = best.get("span_selector")
     model = cfg.generator.engine.model

@@ -201,22 +201,29 @@ def evaluate_qa(
 def grounding_counts(outputs: Iterable[QAOutput]) -> dict[str, int]:
     """Each grounding path's sentence count over the answers, with `dropped` (all dropped paths) and
     `answers` (how many were grounded); with the short-answer gate (`rag/answering/gate.py`) also
-    `gated` (answers held to it) and `gate_refused` (refused there, nothing generated); empty when
-    nothing was grounded (short mode, `long_grounding: off`)."""
+    `gated` (answers held to it) and `gate_refused` (refused there, nothing generated), and with the
+    sentence gate of explanatory questions `sentence_gated` and `sentence_gate_refused` (every
+    sentence refused); empty when nothing was grounded (short mode, `long_grounding: off`)."""
     total: Counter[str] = Counter()
-    answers = gated = gate_refused = 0
+    answers = gated = gate_refused = by_sentence = sentence_refused = 0
     for o in outputs:
         counts = o.grounding.get("counts") or {}
         if counts:
             answers += 1
             total.update({k: int(v) for k, v in counts.items()})
-        if (gate := o.grounding.get("gate")) is not None:
+        if (gate := o.grounding.get("gate")) is None:
+            continue
+        if gate.get("kind") == "sentences":  # an explanatory question: judged by sentence, no span
+            by_sentence += 1
+            sentence_refused += bool(gate.get("refused"))
+        else:
             gated += 1
             gate_refused += bool(gate.get("refused"))
     if not answers:
         return {}
     return {**total, "dropped": sum(v for k, v in total.items() if k.startswith("dropped")), "answers": answers,
-            **({"gated": gated, "gate_refused": gate_refused} if gated else {})}
+            **({"gated": gated, "gate_refused": gate_refused} if gated else {}),
+            **({"sentence_gated": by_sentence, "sentence_gate_refused": sentence_refused} if by_sentence else {})}
 
 
 def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[str, QAOutput],

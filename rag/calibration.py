@@ -157,6 +157,10 @@ class CalibrationEntry:
     # the question languages `short_k` was measured for (None: every language the entry applies to);
     # in the others a short answer reads every passage until a calibration says otherwise
     short_k_languages: tuple[str, ...] | None = None
+    # the refusal model over the signals that need no span (the passage checks, the probe, the answer
+    # check with a sentence as the answer): what judges each sentence of a long answer to a question
+    # asking for an explanation (`gate.SentenceGate`); None: those questions keep the span gate
+    sentence_refusal_model: RefusalModel | None = None
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -170,7 +174,9 @@ class CalibrationEntry:
                    if "span_selector" in entry else None,
                    probe, entry.get("refuse_margin"), entry.get("refuse_min_logprob"), entry.get("check_kv"),
                    entry.get("short_k"),
-                   tuple(entry["short_k_languages"]) if "short_k_languages" in entry else None)
+                   tuple(entry["short_k_languages"]) if "short_k_languages" in entry else None,
+                   RefusalModel.from_dict(entry["sentence_refusal_model"]) if "sentence_refusal_model" in entry
+                   else None)
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

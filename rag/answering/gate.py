@@ -16,6 +16,14 @@ per passage, its checks and `ShortAnswerPolicy` deciding: one refusal rule for b
   S itself with its citation (what short mode would have said), never a refusal the policy did not
   make.
 
+A question asking for an explanation ("How do I get my deposit back?", `question_form.explanatory`)
+has no span to hold the answer to: the decoder copies some phrase ("150 euros") and the sentences
+that explain are dropped for not stating it. Where the entry has a sentence refusal model, such a
+long answer is generated without the span gate and each grounded sentence is judged by that model
+instead (`SentenceGate`: the passage check and probe of the passage it cites, and the answer check
+with the sentence as the answer; fitted on the same calibration questions as the refusal model).
+A refused sentence is `dropped_off_question`; none left: the refusal, citing nothing.
+
 It applies where the policy is calibrated for the question's language (a refusal model or span
 thresholds, from an entry or `answer.refuse_*`): an uncalibrated generator (SmolLM2, a question in a
 language no entry lists) has no calibrated decision to share, and its long answers keep the
@@ -34,8 +42,10 @@ from typing import TYPE_CHECKING, Any
 from inference.structured import GroundedSpanProcessor
 
 from .. import prompt as prompt_mod
+from ..answerability import answer_check, passage_signals
 from ..citations import MarkerFilter, content_words, strip_citation_markers
-from .policy import Decision, Policies
+from .policy import Decision, Policies, ShortAnswerPolicy
+from .signals import CHECK_ANSWER, P_UNANSWERABLE
 
 if TYPE_CHECKING:
     from ..answer import Answer
@@ -63,6 +73,42 @@ class Gate:
         if not self.refused:
             d.update(answer=self.text, marker=self.marker)
         return d
+
+
+class SentenceGate:
+    """Judges each grounded sentence of a long answer to an explanatory question with the policy's
+    sentence refusal model (`ShortAnswerPolicy.judge_sentence`). The passage signals are computed
+    once per cited passage (the passage check; the probe reads its hidden state)."""
+
+    def __init__(self, generator: Any, policy: ShortAnswerPolicy, question: str, bodies: dict[int, str],
+                 anchor: list[int] | None = None):
+        self.generator = generator
+        self.policy = policy
+        self.question = question
+        self.bodies = bodies  # marker -> the passage text the checks read
+        self.anchor = anchor  # `short.check_anchor` of the long prompt
+        self._passage: dict[int, dict[str, float]] = {}
+        self.judged = 0
+        self.dropped = 0
+
+    async def judge(self, sentence: str, marker: int, check: float | None) -> tuple[bool, dict[str, float]]:
+        """(refused, signals) of `sentence` (markers stripped) citing passage `marker`; `check`: its
+        answer check against that passage when the grounding already asked it (None: asked here)."""
+        if marker not in self._passage:
+            self._passage[marker] = await passage_signals(self.generator, self.question, self.bodies[marker],
+                                                          self.policy.probe, self.anchor)
+        if check is None:
+            check = await answer_check(self.generator, self.question, self.bodies[marker], sentence, self.anchor)
+        signals = {**self._passage[marker], CHECK_ANSWER: check}
+        refused, p = self.policy.judge_sentence(signals)
+        if p is not None:
+            signals[P_UNANSWERABLE] = p
+        self.judged += 1
+        self.dropped += refused
+        return refused, signals
+
+    def metadata(self, refused: bool) -> dict[str, Any]:
+        return {"kind": "sentences", "refused": refused, "judged": self.judged, "dropped": self.dropped}
 
 
 def gates(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer) -> bool:

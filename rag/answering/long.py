@@ -46,12 +46,12 @@ from ..citations import attribute, content_words, sentence_markers, sentence_mat
 from ..prompt import passage_body
 from .gate import states_answer
 from .policy import says_refusal
-from .signals import CHECK_ANSWER
+from .signals import CHECK_ANSWER, P_UNANSWERABLE
 
 if TYPE_CHECKING:
     from ..answer import Answer
     from ..config import RagConfig
-    from .gate import Gate
+    from .gate import Gate, SentenceGate
 
 KEPT, RECITED, UNCITED, REFUSAL = "kept", "recited", "uncited", "refusal"
 DROPPED_KEYFACT, DROPPED_UNSUPPORTED, DROPPED_UNCITED = "dropped_keyfact", "dropped_unsupported", "dropped_uncited"
@@ -109,11 +109,14 @@ class Judged:
     missing: list[str] = field(default_factory=list)  # key facts found in no cited passage
     overlap: float | None = None
     check: float | None = None  # the engine's answer-check log-odds, when asked
+    p_unanswerable: float | None = None  # the sentence gate's reading (explanatory questions)
+    signals: dict[str, float] | None = None  # ... and the signals it read
 
     def to_dict(self) -> dict[str, Any]:
         d = {"text": self.written, "path": self.path, "markers": self.markers}
         d.update({k: v for k, v in (("missing", self.missing or None), ("overlap", self.overlap),
-                                    ("check", self.check), ("cited_as", self.text if self.path == RECITED else None))
+                                    ("check", self.check), ("cited_as", self.text if self.path == RECITED else None),
+                                    ("p_unanswerable", self.p_unanswerable), ("signals", self.signals))
                   if v is not None})
         return d
 
@@ -123,8 +126,10 @@ class LongGrounding:
     returns is the text to show now. One per answer."""
 
     def __init__(self, generator: Any, cfg: RagConfig, answer: Answer, check_min: float | None,
-                 gate: Gate | None = None, anchor: list[int] | None = None):
+                 gate: Gate | None = None, anchor: list[int] | None = None,
+                 sentence_gate: SentenceGate | None = None):
         self.generator = generator
+        self.sentence_gate = sentence_gate  # explanatory questions: each sentence judged (gate.py)
         self.anchor = anchor  # `check_anchor` of the long prompt: a one-passage check reads its K/V
         self.gate = gate  # the short answer's decision the sentences must state (None: not gated)
         self.mode = cfg.answer.long_grounding
@@ -170,7 +175,8 @@ class LongGrounding:
                 "counts": {p: counts.get(p, 0) for p in PATHS},
                 "engine_check": self.check_min is not None,
                 **({"check_min": self.check_min} if self.check_min is not None else {}),
-                **({"gate": self.gate.metadata()} if self.gate is not None else {})}
+                **({"gate": self.gate.metadata()} if self.gate is not None else {}),
+                **({"gate": self.sentence_gate.metadata(self.refused)} if self.sentence_gate is not None else {})}
 
     async def _judge_upto(self, found: list[re.Match[str]]) -> str:
         out = []
@@ -193,6 +199,22 @@ class LongGrounding:
 
     async def judge(self, sentence: str) -> Judged:
         """The path one sentence takes (see the module docstring)."""
+        j = await self._ground(sentence)
+        if self.sentence_gate is None or j.path not in (KEPT, RECITED) or not j.markers:
+            return j
+        marker = j.markers[0]  # the check the grounding asked read this passage alone, or several joined
+        refused, signals = await self.sentence_gate.judge(strip_citation_markers(sentence), marker,
+                                                          j.check if len(j.markers) == 1 else None)
+        j.p_unanswerable = signals.pop(P_UNANSWERABLE, None)
+        if j.check is None:  # the grounding did not ask the engine: the gate did
+            j.check = round(signals[CHECK_ANSWER], 3)
+        j.signals = {k: round(v, 4) for k, v in signals.items()}
+        if refused:
+            j.path = DROPPED_OFF_QUESTION
+        return j
+
+    async def _ground(self, sentence: str) -> Judged:
+        """The sentence's grounding path: refusal, key facts, overlap, the engine's check, re-citing."""
         if says_refusal(sentence, self.refusal):
             return Judged(sentence, REFUSAL)
         if self.gate is not None and not states_answer(sentence, self.gate.text):
@@ -268,15 +290,18 @@ def check_threshold(cfg: RagConfig, entry: Any) -> float | None:
 
 
 def grounding_for(generator: Any, cfg: RagConfig, answer: Answer, entry: Any,
-                  gate: Gate | None = None, anchor: list[int] | None = None) -> LongGrounding | None:
+                  gate: Gate | None = None, anchor: list[int] | None = None,
+                  sentence_gate: SentenceGate | None = None) -> LongGrounding | None:
     """The grounding of one long answer, None with `long_grounding: off` (the answer as generated);
     `gate`: the short decision it is held to (`gate.py`); `anchor`: `short.check_anchor` of the long
-    prompt (with `answer.check_kv: prompt` the sentence checks then read its K/V)."""
+    prompt (with `answer.check_kv: prompt` the sentence checks then read its K/V); `sentence_gate`:
+    the sentence judge of an explanatory question (`gate.SentenceGate`)."""
     if cfg.answer.long_grounding == "off":
         return None
     # The check reads the yes/no candidates' log-probabilities, which a backend that does not own the
     # decoding loop (remote) refuses as it refuses logits processors: there, the deterministic checks only.
     own_loop = getattr(generator, "supports_logits_processors", False)
-    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None, gate, anchor)
+    return LongGrounding(generator, cfg, answer, check_threshold(cfg, entry) if own_loop else None, gate, anchor,
+                         sentence_gate if own_loop else None)
 
 

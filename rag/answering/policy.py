@@ -24,8 +24,10 @@ from ..calibration import CalibrationEntry, RefusalModel, SpanSelector, calibrat
 from ..citations import to_citation
 from ..config import AnswerConfig
 from ..prompt import DEFAULT_REFUSAL
+from .question_form import explanatory
 from .signals import (
     CHECK_ANSWER,
+    CHECK_PROBE,
     CUT_NUMBER,
     FIRST_TOKEN_FEATURES,
     MARGIN,
@@ -139,6 +141,10 @@ class ShortAnswerPolicy:
             ac.refuse_margin if ac.refuse_margin is not None else entry.refuse_margin)
         self.selector: SpanSelector | None = None if record else entry.span_selector
         self.probe: AnswerabilityProbe | None = entry.probe
+        # the sentence judge of explanatory long answers: off where the refusal model is (user thresholds,
+        # `verify: false`) and in calibration runs, which record short answers only
+        self.sentence_model: RefusalModel | None = None if self.refusal_model is None or record \
+            else entry.sentence_refusal_model
 
     @property
     def calibration(self) -> dict[str, str | bool]:
@@ -157,6 +163,23 @@ class ShortAnswerPolicy:
         else:
             by = "decoder"
         return {"calibrated": by != "decoder", "by": by, "language": self.language}
+
+    def judges_sentences(self, question: str) -> bool:
+        """Whether a long answer to `question` is judged sentence by sentence (`gate.SentenceGate`)
+        instead of being held to a short answer's span: the question asks for an explanation, which
+        no span answers (`question_form.explanatory`), and the entry has a sentence refusal model
+        whose features the answer can have (the probe it reads is there)."""
+        m = self.sentence_model
+        if m is None or (CHECK_PROBE in m.features and self.probe is None):
+            return False
+        return explanatory(question, self.language)
+
+    def judge_sentence(self, signals: dict[str, float]) -> tuple[bool, float | None]:
+        """(refused, P(unanswerable)) of one sentence from its signals (`SENTENCE_REFUSAL_FEATURES`);
+        a missing signal keeps the sentence, as `judge` gives a span it cannot decide."""
+        m = self.sentence_model
+        decided = m.refuses(signals) if m is not None else None
+        return bool(decided), (m.probability(signals) if decided is not None else None)  # type: ignore[union-attr]
 
     @property
     def runs_checks(self) -> bool:

@@ -48,6 +48,11 @@ SELECTOR_FEATURES = (MARGIN, CHECK_PROBE, PASSAGE_RANK)
 # margin, the least likely token, and the checks and probe, which each read one passage at a time.
 TRANSFER_REFUSAL_FEATURES = (MARGIN, MIN_LOGPROB, SPAN_LOGPROB_MEAN, CHECK_PASSAGE, CHECK_ANSWER, CHECK_PROBE)
 TRANSFER_SELECTOR_FEATURES = (MARGIN, CHECK_PROBE, CHECK_PASSAGE)
+# What judges a sentence of a long answer to an explanatory question (`gate.SentenceGate`): an
+# explanation has no span, so no decoder signal; the passage check and probe of the passage the
+# sentence cites, and the answer check with the sentence as the proposed answer. `rag eval calibrate`
+# fits it on the same chosen candidates as the refusal model (their answer check read a span).
+SENTENCE_REFUSAL_FEATURES = (CHECK_PASSAGE, CHECK_PROBE, CHECK_ANSWER)
 # `rag eval calibrate --features NAME`
 FEATURE_SETS = {"transfer": (TRANSFER_REFUSAL_FEATURES, TRANSFER_SELECTOR_FEATURES),
                 "squad": (REFUSAL_FEATURES, SELECTOR_FEATURES)}

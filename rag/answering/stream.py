@@ -19,7 +19,8 @@ from inference.structured import GroundedSpanProcessor
 from ..answer import Answer
 from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
-from .gate import gates, short_gate
+from ..prompt import passage_body
+from .gate import SentenceGate, gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
 from .short import check_anchor, checks_first, decide_per_passage, decide_single
@@ -58,14 +59,20 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
     # the short answer's decision where its policy is calibrated (gate.py)
     grounding = None
     if not short:
-        gate = None
-        if gates(generator, cfg, policies, answer):
-            def processor(texts: list[str], max_tokens: int, margin: float | None) -> GroundedSpanProcessor:
-                return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
-
-            gate = await short_gate(generator, cfg, policies, answer, processor, ranked)
+        gate, judge = None, None
         policy = policies.for_question(answer.question)
-        grounding = grounding_for(generator, cfg, answer, policy.entry, gate, check_anchor(policy.check_kv, anchor))
+        kv = check_anchor(policy.check_kv, anchor)
+        if gates(generator, cfg, policies, answer):
+            if policy.judges_sentences(answer.standalone_question):  # an explanation: no span to hold it to
+                bodies = {p.marker: passage_body(cfg.prompt, p) for p in answer.passages}
+                judge = SentenceGate(generator, policy, answer.standalone_question, bodies, kv)
+                answer.refusal_calibration = {**policy.calibration, "by": "sentence_refusal_model"}
+            else:
+                def processor(texts: list[str], max_tokens: int, margin: float | None) -> GroundedSpanProcessor:
+                    return span_processor(generator, cfg.prompt.refusal, eos, texts, max_tokens, margin)
+
+                gate = await short_gate(generator, cfg, policies, answer, processor, ranked)
+        grounding = grounding_for(generator, cfg, answer, policy.entry, gate, kv, judge)
         if gate is not None and gate.refused:  # the policy refused: nothing is generated, nothing cited
             gate.decision.apply(answer)
             answer.grounding = grounding.metadata() if grounding is not None else {}

@@ -106,7 +106,8 @@ def work_summary(answer: Any, tokens: Mapping[str, int], questions: int) -> dict
     (prompt tokens computed, served from the prefix cache, generated)."""
     g = answer.grounding or {}
     checks = [k for k in ("check_passage", "check_answer", "check_probe") if k in answer.signals]
-    return {"mode": answer.mode, "gate": "gate" in g, "per_passage": len(answer.candidates),
+    span_gate = "gate" in g and g["gate"].get("kind") != "sentences"  # not an explanatory question's sentence gate
+    return {"mode": answer.mode, "gate": span_gate, "per_passage": len(answer.candidates),
             "checks": checks, "sentences": len(g.get("sentences", [])), "refused": answer.refused,
             "prompt_tokens": int(tokens["prompt_tokens"] - tokens["prefix_cache_hits"]),
             "cached_tokens": int(tokens["prefix_cache_hits"]), "generated_tokens": int(tokens["generation_tokens"]),

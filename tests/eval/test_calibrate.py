@@ -85,6 +85,51 @@ def test_refusal_model_learns_the_check_signal_the_margin_lacks():
     assert model.refuses({"margin": -5.0}) is None  # a missing check: no decision, not a refusal
 
 
+def test_sentence_model_reads_only_signals_a_sentence_has():
+    """Catches a sentence refusal model that reads a span signal (an explanation has no margin or
+    span log-probability: every sentence would be kept undecided) or is written without the answer
+    check it exists for: fitted on the same points, it learns the answer check that separates them."""
+    from eval.calibrate import fit_sentence_model
+    from rag.calibration import RefusalModel
+
+    def pt(imp: bool, check: float) -> Point:
+        return Point(-5.0, imp, 0.0 if imp else 1.0, -0.5, {"margin": -5.0, "min_logprob": -0.5,
+                                                              "check_passage": 1.0, "check_answer": check})
+
+    pts = [pt(True, c) for c in (-3.0, -2.0, -1.0, 0.0)] + [pt(False, c) for c in (0.5, 1.0, 2.0, 3.0)]
+    model = RefusalModel.from_dict(fit_sentence_model(pts, 0.25))
+    assert model.features == ["check_passage", "check_answer"]
+    assert model.refuses({"check_passage": 1.0, "check_answer": -2.5})
+    assert not model.refuses({"check_passage": 1.0, "check_answer": 2.5})
+    no_check = [Point(p.margin, p.impossible, p.f1, -0.5, {"margin": -5.0, "check_passage": 1.0}) for p in pts]
+    assert fit_sentence_model(no_check, 0.25) is None
+
+
+def test_sentence_threshold_is_chosen_again_on_sentences():
+    """Catches a sentence model kept at the cut its spans gave when sentences read higher (every
+    unanswerable question's sentence then passes), a question whose sentences were all dropped by
+    grounding counted as answered, or a model reading a signal the answers lack accepted silently."""
+    import pytest
+
+    from eval.calibrate import rechoose_sentence_threshold
+
+    model = {"features": ["check_answer"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": 3.0}  # refuses a sentence whose answer check is below -3: none here
+
+    def ans(imp: bool, check: float | None, right: bool = False) -> dict:
+        sent = [{"text": "s", "path": "kept", "signals": {"check_answer": check}}] if check is not None else []
+        return {"is_impossible": imp, "right": right, "grounding": {"sentences": sent}}
+
+    answers = [ans(True, c) for c in (0.5, 0.8, 1.0)] + [ans(False, c, True) for c in (1.5, 2.0, 2.5)] + \
+              [ans(False, None)]
+    r = rechoose_sentence_threshold(model, answers)
+    assert -1.5 < r["model"]["threshold"] < -1.0  # between the answerable and unanswerable checks
+    assert r["refusal_acc"] == 1.0 and r["false_refusal"] == pytest.approx(1 / 4)  # the dropped one
+    assert r["model"]["coef"] == model["coef"] and model["threshold"] == 3.0  # only the cut moves
+    with pytest.raises(ValueError):
+        rechoose_sentence_threshold({**model, "features": ["check_probe"]}, answers)
+
+
 def test_refusal_model_threshold_honours_the_false_refusal_cap():
     """Catches a cut chosen for F1 alone: refusing the answerable outlier would raise F1 here
     (its span is wrong) but breaks a zero false-refusal cap."""
@@ -173,6 +218,9 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     assert set(entry["span_selector"]["features"]) >= {"check_probe", "margin"}
     assert entry["refusal_model"]["features"] and entry["false_refusal"] <= 0.15
     assert entry["n"] == 20.0
+    # the sentence judge of explanatory long answers, over the span-free signals the points carry
+    assert "check_answer" in entry["sentence_refusal_model"]["features"]
+    assert not set(entry["sentence_refusal_model"]["features"]) - {"check_passage", "check_probe", "check_answer"}
     # the entry carries the checks' K/V mode its points were answered with (auto for a model with
     # no entry: exact), so `answer.check_kv: auto` later runs what was calibrated
     assert entry["check_kv"] == "exact"

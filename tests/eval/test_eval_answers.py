@@ -110,3 +110,20 @@ def test_citation_markers_are_stripped():
     assert strip_citation_markers("Paris [1, 3] and Rome [2]") == "Paris and Rome"
     assert strip_citation_markers("北京【1】") == "北京"
     assert strip_citation_markers("in [the] 1990s") == "in [the] 1990s"
+
+
+def test_grounding_counts_keep_the_two_gates_apart():
+    """Catches explanatory answers judged by sentence counted as held to the short-answer span gate
+    (`gated` / `gate_refused` would then mix two decisions, and how often each fires is lost)."""
+    from eval.qa_eval import QAOutput, grounding_counts
+
+    def out(gate: dict | None) -> QAOutput:
+        g = {"counts": {"kept": 1}, **({"gate": gate} if gate is not None else {})}
+        return QAOutput("x", grounding=g)
+
+    c = grounding_counts([out({"refused": True}), out({"refused": False, "answer": "a", "marker": 1}),
+                          out({"kind": "sentences", "refused": True, "judged": 1, "dropped": 1}),
+                          out({"kind": "sentences", "refused": False, "judged": 2, "dropped": 0}), out(None)])
+    assert (c["answers"], c["gated"], c["gate_refused"]) == (5, 2, 1)
+    assert (c["sentence_gated"], c["sentence_gate_refused"]) == (2, 1)
+    assert "sentence_gated" not in grounding_counts([out({"refused": False, "answer": "a", "marker": 1})])

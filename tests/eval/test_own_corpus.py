@@ -53,6 +53,25 @@ def test_questions_load_and_are_well_formed():
     assert {i.gold_doc_id for i in items if not i.is_impossible} == set(corpus)  # every document is asked about
 
 
+def test_explanatory_questions_load_and_are_well_formed():
+    """Catches the explanatory split (`qa/explain.jsonl`) drifting from what it measures: questions the
+    rule reads as explanations (`question_form.explanatory`), a gold phrase not in its document, too
+    few unanswerable ones to count cited inventions on."""
+    from eval.answers import contains_answer
+    from eval.datasets import load_corpus, load_qa
+    from rag.answering.question_form import explanatory
+
+    items = load_qa(OWN, "explain")
+    corpus = load_corpus(OWN / "corpus.jsonl")
+    assert len(items) >= 20 and len({i.id for i in items}) == len(items)
+    assert sum(i.is_impossible for i in items) * 3 >= len(items)
+    assert sum(explanatory(i.question, "en") for i in items) >= 0.8 * len(items)
+    for it in items:
+        if not it.is_impossible:
+            assert all(g in corpus[it.gold_doc_id].text and contains_answer(corpus[it.gold_doc_id].text, [g])
+                       for g in it.answers), it.id
+
+
 if __name__ == "__main__":
     with (OWN / "corpus.jsonl").open("w", encoding="utf-8") as fh:
         for row in corpus_rows():

@@ -153,3 +153,36 @@ def test_short_k_follows_the_models_entry(tmp_path):
     assert ShortAnswerPolicy(cal.load_entry(local, "smollm2")).short_k(5) == 5
     assert ShortAnswerPolicy(cal.CalibrationEntry(short_k=2), language="zh").short_k(5) == 2  # no list: every language
     assert ShortAnswerPolicy(cal.CalibrationEntry(short_k=4), AnswerConfig(short_k=1)).short_k(5) == 1
+
+
+def test_explanatory_questions_are_judged_by_the_sentence_model(tmp_path):
+    """The shipped Qwen entries carry a sentence refusal model over the signals that need no span, and
+    a policy uses it for English explanatory questions only. Bugs caught: the model lost from the
+    file or reading a span signal an explanation cannot have, a factoid or Chinese question routed
+    to it, a policy whose probe is missing judging with a model that reads the probe (every
+    sentence then kept undecided), user thresholds not switching it off with the refusal model."""
+    import dataclasses
+
+    from rag.answering.policy import ShortAnswerPolicy
+    from rag.answering.signals import SENTENCE_REFUSAL_FEATURES
+    from rag.config import AnswerConfig
+
+    local = tmp_path / "none.json"
+    for m in ("qwen2.5-1.5b", "qwen2.5-0.5b"):
+        e = cal.load_entry(local, m)
+        assert e.sentence_refusal_model is not None
+        assert tuple(e.sentence_refusal_model.features) == SENTENCE_REFUSAL_FEATURES
+        p = ShortAnswerPolicy(e, language="en")
+        assert p.judges_sentences("How do I get my deposit back?")
+        assert not p.judges_sentences("How many moorings does the harbour have?")
+        assert not ShortAnswerPolicy(cal.load_entry(local, m, language="zh"), language="zh").judges_sentences(
+            "How do I get my deposit back?")
+        assert not ShortAnswerPolicy(e, AnswerConfig(refuse_margin=0.0), language="en").judges_sentences(
+            "How do I get my deposit back?")
+        assert not ShortAnswerPolicy(dataclasses.replace(e, probe=None), language="en").judges_sentences(
+            "How do I get my deposit back?")
+        # a strong passage and answer check keep a sentence, weak ones drop it
+        ok, p_ok = p.judge_sentence({"check_passage": 3.0, "check_probe": 4.0, "check_answer": 2.0})
+        bad, p_bad = p.judge_sentence({"check_passage": 0.0, "check_probe": -5.0, "check_answer": -2.0})
+        assert not ok and bad and p_ok < p_bad
+    assert not ShortAnswerPolicy(cal.load_entry(local, "smollm2"), language="en").judges_sentences("Why?")

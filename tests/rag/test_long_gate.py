@@ -170,3 +170,73 @@ def test_the_gate_reads_the_passages_a_short_answer_reads(pipeline):
         assert [c["passage"] for c in given.candidates] == [0, 1, 2]
     finally:
         path.unlink(missing_ok=True)
+
+
+def _sentence_model(threshold: float) -> dict:
+    """A sentence refusal model over the answer check (+1e9 never refuses, -1e9 always does)."""
+    return {"features": ["check_passage", "check_answer"], "mean": [0.0, 0.0], "std": [1.0, 1.0],
+            "coef": [-1.0, -1.0], "bias": 0.0, "threshold": threshold}
+
+
+def _sentence_policy(pipeline, threshold: float):
+    from rag.answering.policy import ShortAnswerPolicy
+    from rag.calibration import CalibrationEntry
+    from tests.eval.qa_case import never_refusing_entry
+
+    entry = CalibrationEntry.from_dict({**never_refusing_entry(False),
+                                        "sentence_refusal_model": _sentence_model(threshold)})
+    return ShortAnswerPolicy(entry, pipeline.cfg.answer, pipeline.cfg.prompt.refusal, language="en")
+
+
+@pytest.mark.parametrize("threshold", [1e9, -1e9])
+def test_sentence_gate_judges_each_grounded_sentence(pipeline, threshold):
+    """Catches an explanatory answer's sentence shown without the sentence model's judgement (never
+    refusing: kept with its P(unanswerable); always refusing: dropped, and the answer is the refusal
+    citing nothing) or judged against a passage it does not cite."""
+    from rag.answering.gate import SentenceGate
+
+    policy = _sentence_policy(pipeline, threshold)
+    q = "How does the XR-300 drone fold for transport?"
+    judge = SentenceGate(pipeline.generator, policy, q, {1: HARBOUR, 2: DRONE})
+    ps = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
+          for i, t in enumerate([HARBOUR, DRONE])]
+    g = LongGrounding(pipeline.generator, pipeline.cfg, Answer(question=q, text="", passages=ps), None, None,
+                      sentence_gate=judge)
+    text = "The XR-300 drone has a foldable frame [2]."
+
+    async def run() -> str:
+        return await g.feed(text) + await g.finish()
+
+    shown = pipeline.generator.run(run())
+    [j] = g.judged
+    assert j.check is not None and j.p_unanswerable is not None  # the engine's check read passage 2
+    assert set(judge._passage) == {2}
+    if threshold > 0:
+        assert j.path == "kept" and shown == g.text == text and not g.refused
+        assert g.metadata()["gate"] == {"kind": "sentences", "refused": False, "judged": 1, "dropped": 0}
+    else:
+        assert j.path == "dropped_off_question" and g.refused and shown == g.text == pipeline.cfg.prompt.refusal
+        assert g.metadata()["gate"] == {"kind": "sentences", "refused": True, "judged": 1, "dropped": 1}
+
+
+def test_explanatory_questions_skip_the_span_gate(pipeline):
+    """Catches an explanatory question held to a span (the decoder copies some phrase and the
+    sentences that explain are dropped) or a factoid one taken off it: with an entry whose span
+    refusal model refuses everything and whose sentence model refuses nothing, "how does ..." is
+    judged by sentence (no span decoded), "how long ..." is refused by the span gate."""
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    always = {"features": ["margin"], "mean": [0.0], "std": [1.0], "coef": [0.0], "bias": 0.0, "threshold": -1e9}
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": always, "languages": ["en"],
+                                                           "sentence_refusal_model": _sentence_model(1e9)})
+        pipe = _pipe(pipeline)
+        _, a = _stream(pipe, "How does the XR-300 drone fold for transport?", [HARBOUR, DRONE])
+        assert a.grounding["gate"]["kind"] == "sentences" and "gate" not in a.timings_ms
+        assert a.refusal_calibration["by"] == "sentence_refusal_model"
+        _, f = _stream(pipe, "How long does the XR-300 drone fly?", [HARBOUR, DRONE])
+        assert f.refused and f.grounding["gate"] == {"refused": True}
+    finally:
+        path.unlink(missing_ok=True)
