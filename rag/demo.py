@@ -17,9 +17,10 @@ from .config import load_config
 from .pipeline import Pipeline
 
 CORPUS = Path(__file__).resolve().parents[1] / "docs" / "guide"
-# Questions whose answer is a phrase of the guide: the short-answer gate that long answers pass first
-# reads extractive spans, so a "how does ..." question with no such phrase is refused by the 0.5B
-# ("How does the engine reuse the shared system prompt across requests?" was, on every machine tried).
+# Questions whose answer is a phrase of the guide: "How does the engine reuse the shared system prompt
+# across requests?" was refused by the 0.5B on every machine tried (by the short-answer span gate up to
+# session 26; since session 27 an explanatory question's sentences are judged instead, and the 0.5B's
+# sentence gate refuses it too).
 QUESTIONS = (
     "How many tokens does a KV cache block hold?",
     "Which file formats can be indexed?",
