@@ -21,7 +21,8 @@ has no span to hold the answer to: the decoder copies some phrase ("150 euros") 
 that explain are dropped for not stating it. Where the entry has a sentence refusal model, such a
 long answer is generated without the span gate and each grounded sentence is judged by that model
 instead (`SentenceGate`: the passage check and probe of the passage it cites, and the answer check
-with the sentence as the answer; fitted on the same calibration questions as the refusal model).
+with the sentence as the answer; fitted on the same calibration questions as the refusal model, the
+shipped entries' cut chosen again on long answers' sentences: docs/results.md, session 27).
 A refused sentence is `dropped_off_question`; none left: the refusal, citing nothing.
 
 It applies where the policy is calibrated for the question's language (a refusal model or span

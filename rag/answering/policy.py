@@ -141,8 +141,8 @@ class ShortAnswerPolicy:
             ac.refuse_margin if ac.refuse_margin is not None else entry.refuse_margin)
         self.selector: SpanSelector | None = None if record else entry.span_selector
         self.probe: AnswerabilityProbe | None = entry.probe
-        # the sentence judge of explanatory long answers: off where the refusal model is (user thresholds,
-        # `verify: false`) and in calibration runs, which record short answers only
+        # the sentence judge of explanatory long answers: off wherever the refusal model is off (user
+        # thresholds, `verify: false`) and in calibration runs, which record short answers only
         self.sentence_model: RefusalModel | None = None if self.refusal_model is None or record \
             else entry.sentence_refusal_model
 

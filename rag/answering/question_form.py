@@ -18,7 +18,7 @@ _HOW_QUANTITY = ("many", "much", "long", "old", "far", "often", "tall", "big", "
                  "late", "soon", "fast", "deep", "wide", "heavy", "small", "short", "low", "recent", "great",
                  "well", "important", "successful", "unsuccessful", "likely", "close", "common", "popular",
                  "effective", "expensive", "strong", "good", "bad", "hot", "cold", "rich", "wealthy",
-                 "significant", "severe", "serious", "frequent", "fast", "quickly", "soon")
+                 "significant", "severe", "serious", "frequent", "quickly")
 _EXPLAIN = re.compile(
     r"^(?:why\b|how\b(?!\s+(?:" + "|".join(_HOW_QUANTITY) + r")\b)|what\s+happens\b|what\s+should\s+i\s+do\b"
     r"|in\s+what\s+way\b|explain\b|describe\b)", re.IGNORECASE)
