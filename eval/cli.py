@@ -60,6 +60,10 @@ def register(sub) -> None:
     c.add_argument("--refit", metavar="POINTS",
                    help="fit from the --points file of an earlier run (same model and flags) instead of answering "
                         "the questions again")
+    c.add_argument("--sentence-answers", metavar="ANSWERS",
+                   help="choose the sentence refusal model's cut again on these long answers to explanatory "
+                        "questions (`rag eval qa --mode long --answers FILE --set answer.sentence_gate=record`, "
+                        "same model; their questions should be outside the calibration sample)")
     c.add_argument("--features", choices=["transfer", "squad"], default=None,
                    help="refusal/selector features: transfer (no rank- or length-dependent signal; the default "
                         "for a mix) or squad (those of the SQuAD-only entries; the default for one dataset)")

@@ -49,6 +49,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
             best["span_selector"] = fitted["span_selector"]
         if fitted["sentence_refusal_model"] is not None:
             best["sentence_refusal_model"] = fitted["sentence_refusal_model"]
+            if getattr(args, "sentence_answers", None):
+                try:
+                    best.update(_sentence_cut(best["sentence_refusal_model"], args.sentence_answers))
+                except (OSError, ValueError, KeyError) as e:
+                    print(f"error: --sentence-answers {args.sentence_answers}: {e}", file=sys.stderr)
+                    return 2
         cv = domain_cv(points, args.max_false_refusal, refusal_feats, selector_feats)
     selector = best.get("span_selector")
     model = cfg.generator.engine.model
@@ -327,3 +333,20 @@ def _resolved_dtype(cfg) -> str:
     """What `dtype: auto` became on this machine (the signals of bf16 and fp32 runs differ a little)."""
     eng = cfg.generator.engine
     return str(eng.resolved_dtype(eng.resolved_device())).removeprefix("torch.")
+
+
+def _sentence_cut(model: dict, answers_path: str) -> dict:
+    """The sentence refusal model with its cut chosen on recorded long answers
+    (`eval.calibrate.rechoose_sentence_threshold`), and what that cut scored there."""
+    from eval.calibrate import rechoose_sentence_threshold
+
+    rows = [json.loads(line) for line in Path(answers_path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not any(s.get("signals") for r in rows for s in (r.get("grounding") or {}).get("sentences", [])):
+        raise ValueError("no sentence carries signals: record it with --mode long and "
+                         "--set answer.sentence_gate=record (questions asking for an explanation)")
+    r = rechoose_sentence_threshold(model, rows)
+    print(f"sentence refusal model: cut {model['threshold']:.3f} -> {r['model']['threshold']:.3f} on "
+          f"{int(r['n'])} long answers (F1 {r['f1']:.3f}, false refusals {r['false_refusal']:.3f})")
+    return {"sentence_refusal_model": r["model"],
+            "sentence_cut": {"answers": Path(answers_path).name, "span_cut": model["threshold"],
+                             **{k: r[k] for k in ("f1", "refusal_acc", "false_refusal", "n")}}}

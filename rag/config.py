@@ -53,6 +53,12 @@ class AnswerConfig(BaseModel):
         "and names must occur there, enough of its words, and the engine's answer check where calibrated) and "
         "drop the unsupported ones; strict also drops or re-cites uncited or wrongly cited sentences; nothing "
         "left: the refusal. off: the answer as generated"))
+    sentence_gate: Literal["auto", "off", "record"] = Field("auto", description=(
+        "long mode, English questions asking for an explanation (how do I, why, what happens): auto judges "
+        "each grounded sentence with the calibration entry's sentence_refusal_model instead of holding the "
+        "answer to a short answer's span (rag/answering/gate.py: SentenceGate); off keeps the span gate for "
+        "them; record judges and records every sentence's signals but drops none (the run whose answers "
+        "`rag eval calibrate --sentence-answers` chooses the model's cut on)"))
     long_check_min: float | None = Field(None, description=(
         "long grounding: a sentence whose answer-check log-odds (sentence as the proposed answer, its cited "
         "passage) is below this is unsupported; null: the calibration entry's check_answer mean minus one std "

@@ -142,9 +142,10 @@ class ShortAnswerPolicy:
         self.selector: SpanSelector | None = None if record else entry.span_selector
         self.probe: AnswerabilityProbe | None = entry.probe
         # the sentence judge of explanatory long answers: off wherever the refusal model is off (user
-        # thresholds, `verify: false`) and in calibration runs, which record short answers only
-        self.sentence_model: RefusalModel | None = None if self.refusal_model is None or record \
-            else entry.sentence_refusal_model
+        # thresholds, `verify: false`), with `answer.sentence_gate: off`, and in calibration runs, which
+        # record short answers only
+        off = self.refusal_model is None or record or ac.sentence_gate == "off"
+        self.sentence_model: RefusalModel | None = None if off else entry.sentence_refusal_model
 
     @property
     def calibration(self) -> dict[str, str | bool]:
@@ -176,10 +177,12 @@ class ShortAnswerPolicy:
 
     def judge_sentence(self, signals: dict[str, float]) -> tuple[bool, float | None]:
         """(refused, P(unanswerable)) of one sentence from its signals (`SENTENCE_REFUSAL_FEATURES`);
-        a missing signal keeps the sentence, as `judge` gives a span it cannot decide."""
+        a missing signal keeps the sentence, as `judge` gives a span it cannot decide, and so does
+        `answer.sentence_gate: record` (the model's reading is still returned)."""
         m = self.sentence_model
         decided = m.refuses(signals) if m is not None else None
-        return bool(decided), (m.probability(signals) if decided is not None else None)  # type: ignore[union-attr]
+        p = m.probability(signals) if decided is not None else None  # type: ignore[union-attr]
+        return bool(decided) and self.answer.sentence_gate != "record", p
 
     @property
     def runs_checks(self) -> bool:

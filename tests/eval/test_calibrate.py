@@ -230,6 +230,24 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     assert "short_k" not in json.loads(out.read_text())["/nonexistent/model.gguf"]
     assert main([*args(points), "--set", "answer.short_k=3"]) == 0
     assert json.loads(out.read_text())["/nonexistent/model.gguf"]["short_k"] == 3
+    # `--sentence-answers`: the sentence model's cut chosen again on recorded long answers, where the
+    # passage signals separate the questions; a file recorded without sentence signals is an error
+    def long_answer(imp: bool) -> dict:
+        sig = {"check_passage": -3.0 if imp else 3.0, "check_probe": -3.0 if imp else 3.0, "check_answer": 0.0}
+        return {"is_impossible": imp, "right": not imp,
+                "grounding": {"sentences": [{"text": "s", "path": "kept", "signals": sig}]}}
+
+    recorded = tmp_path / "long.jsonl"
+    recorded.write_text("".join(json.dumps(long_answer(i % 2 == 0)) + "\n" for i in range(10)), encoding="utf-8")
+    assert main([*args(points), "--sentence-answers", str(recorded)]) == 0
+    cut = json.loads(out.read_text())["/nonexistent/model.gguf"]
+    assert cut["sentence_cut"]["n"] == 10 and cut["sentence_cut"]["refusal_acc"] == 1.0
+    assert cut["sentence_cut"]["false_refusal"] == 0.0
+    assert cut["sentence_cut"]["span_cut"] == entry["sentence_refusal_model"]["threshold"]
+    assert cut["sentence_refusal_model"]["coef"] == entry["sentence_refusal_model"]["coef"]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"is_impossible": True, "grounding": {}}) + "\n", encoding="utf-8")
+    assert main([*args(points), "--sentence-answers", str(bare)]) == 2
     short = tmp_path / "short.jsonl"
     short.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]), encoding="utf-8")
 

@@ -185,4 +185,10 @@ def test_explanatory_questions_are_judged_by_the_sentence_model(tmp_path):
         ok, p_ok = p.judge_sentence({"check_passage": 3.0, "check_probe": 4.0, "check_answer": 2.0})
         bad, p_bad = p.judge_sentence({"check_passage": 0.0, "check_probe": -5.0, "check_answer": -2.0})
         assert not ok and bad and p_ok < p_bad
+        # `answer.sentence_gate`: off keeps the span gate; record keeps every sentence, reading it still
+        assert not ShortAnswerPolicy(e, AnswerConfig(sentence_gate="off"), language="en").judges_sentences(
+            "How do I get my deposit back?")
+        rec = ShortAnswerPolicy(e, AnswerConfig(sentence_gate="record"), language="en")
+        assert rec.judges_sentences("How do I get my deposit back?")
+        assert rec.judge_sentence({"check_passage": 0.0, "check_probe": -5.0, "check_answer": -2.0}) == (False, p_bad)
     assert not ShortAnswerPolicy(cal.load_entry(local, "smollm2"), language="en").judges_sentences("Why?")

@@ -240,3 +240,27 @@ def test_explanatory_questions_skip_the_span_gate(pipeline):
         assert f.refused and f.grounding["gate"] == {"refused": True}
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_sentence_gate_record_mode_keeps_every_sentence_and_its_signals(pipeline):
+    """Catches `answer.sentence_gate: record` dropping sentences (the recorded answers would then
+    lack the sentences a cut is chosen on) or recording none of their signals."""
+    from rag.calibration import calibration_path, save_thresholds
+
+    cfg = pipeline.cfg
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    never = {"features": ["margin"], "mean": [0.0], "std": [1.0], "coef": [0.0], "bias": 0.0, "threshold": 1e9}
+    old = cfg.answer.sentence_gate
+    try:
+        save_thresholds(path, cfg.generator.engine.model, {"refusal_model": never, "languages": ["en"],
+                                                           "sentence_refusal_model": _sentence_model(-1e9)})
+        cfg.answer.sentence_gate = "record"
+        _, a = _stream(_pipe(pipeline), "How does the XR-300 drone fold for transport?", [HARBOUR, DRONE])
+        gate = a.grounding["gate"]
+        assert gate["kind"] == "sentences" and gate["dropped"] == 0 and gate["judged"] >= 1  # greedy SmolLM2: one
+        judged = [s for s in a.grounding["sentences"] if "p_unanswerable" in s]
+        assert len(judged) == gate["judged"]
+        assert all(s["path"] != "dropped_off_question" and "check_answer" in s["signals"] for s in judged)
+    finally:
+        cfg.answer.sentence_gate = old
+        path.unlink(missing_ok=True)
