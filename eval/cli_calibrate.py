@@ -339,8 +339,9 @@ def _sentence_cut(model: dict, answers_path: str) -> dict:
     """The sentence refusal model with its cut chosen on recorded long answers
     (`eval.calibrate.rechoose_sentence_threshold`), and what that cut scored there."""
     from eval.calibrate import rechoose_sentence_threshold
+    from eval.datasets import read_jsonl
 
-    rows = [json.loads(line) for line in Path(answers_path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = list(read_jsonl(answers_path))
     if not any(s.get("signals") for r in rows for s in (r.get("grounding") or {}).get("sentences", [])):
         raise ValueError("no sentence carries signals: record it with --mode long and "
                          "--set answer.sentence_gate=record (questions asking for an explanation)")

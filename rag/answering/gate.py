@@ -81,25 +81,25 @@ class SentenceGate:
     sentence refusal model (`ShortAnswerPolicy.judge_sentence`). The passage signals are computed
     once per cited passage (the passage check; the probe reads its hidden state)."""
 
-    def __init__(self, generator: Any, policy: ShortAnswerPolicy, question: str, bodies: dict[int, str],
-                 anchor: list[int] | None = None):
+    def __init__(self, generator: Any, policy: ShortAnswerPolicy, question: str, anchor: list[int] | None = None):
         self.generator = generator
         self.policy = policy
         self.question = question
-        self.bodies = bodies  # marker -> the passage text the checks read
         self.anchor = anchor  # `short.check_anchor` of the long prompt
         self._passage: dict[int, dict[str, float]] = {}
         self.judged = 0
         self.dropped = 0
 
-    async def judge(self, sentence: str, marker: int, check: float | None) -> tuple[bool, dict[str, float]]:
-        """(refused, signals) of `sentence` (markers stripped) citing passage `marker`; `check`: its
-        answer check against that passage when the grounding already asked it (None: asked here)."""
+    async def judge(self, sentence: str, marker: int, body: str, check: float | None
+                    ) -> tuple[bool, dict[str, float]]:
+        """(refused, signals) of `sentence` (markers stripped) citing passage `marker`, whose text the
+        checks read is `body`; `check`: its answer check against that passage when the grounding
+        already asked it (None: asked here)."""
         if marker not in self._passage:
-            self._passage[marker] = await passage_signals(self.generator, self.question, self.bodies[marker],
+            self._passage[marker] = await passage_signals(self.generator, self.question, body,
                                                           self.policy.probe, self.anchor)
         if check is None:
-            check = await answer_check(self.generator, self.question, self.bodies[marker], sentence, self.anchor)
+            check = await answer_check(self.generator, self.question, body, sentence, self.anchor)
         signals = {**self._passage[marker], CHECK_ANSWER: check}
         refused, p = self.policy.judge_sentence(signals)
         if p is not None:

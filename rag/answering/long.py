@@ -203,7 +203,7 @@ class LongGrounding:
         if self.sentence_gate is None or j.path not in (KEPT, RECITED) or not j.markers:
             return j
         marker = j.markers[0]  # the check the grounding asked read this passage alone, or several joined
-        refused, signals = await self.sentence_gate.judge(strip_citation_markers(sentence), marker,
+        refused, signals = await self.sentence_gate.judge(strip_citation_markers(sentence), marker, self._body[marker],
                                                           j.check if len(j.markers) == 1 else None)
         j.p_unanswerable = signals.pop(P_UNANSWERABLE, None)
         if j.check is None:  # the grounding did not ask the engine: the gate did

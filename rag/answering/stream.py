@@ -19,7 +19,6 @@ from inference.structured import GroundedSpanProcessor
 from ..answer import Answer
 from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
-from ..prompt import passage_body
 from .gate import SentenceGate, gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
@@ -64,8 +63,7 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         kv = check_anchor(policy.check_kv, anchor)
         if gates(generator, cfg, policies, answer):
             if policy.judges_sentences(answer.standalone_question):  # an explanation: no span to hold it to
-                bodies = {p.marker: passage_body(cfg.prompt, p) for p in answer.passages}
-                judge = SentenceGate(generator, policy, answer.standalone_question, bodies, kv)
+                judge = SentenceGate(generator, policy, answer.standalone_question, kv)
                 answer.refusal_calibration = {**policy.calibration, "by": "sentence_refusal_model"}
             else:
                 def processor(texts: list[str], max_tokens: int, margin: float | None) -> GroundedSpanProcessor:

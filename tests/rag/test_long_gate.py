@@ -197,7 +197,7 @@ def test_sentence_gate_judges_each_grounded_sentence(pipeline, threshold):
 
     policy = _sentence_policy(pipeline, threshold)
     q = "How does the XR-300 drone fold for transport?"
-    judge = SentenceGate(pipeline.generator, policy, q, {1: HARBOUR, 2: DRONE})
+    judge = SentenceGate(pipeline.generator, policy, q)
     ps = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
           for i, t in enumerate([HARBOUR, DRONE])]
     g = LongGrounding(pipeline.generator, pipeline.cfg, Answer(question=q, text="", passages=ps), None, None,
