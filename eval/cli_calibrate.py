@@ -28,6 +28,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("error: calibration needs answer.grounded: true (the margin comes from the span decoder)",
               file=sys.stderr)
         return 2
+    sentence_answers = getattr(args, "sentence_answers", None)
+    if sentence_answers and not cfg.answer.verify:
+        # checked before the run: the sentence model reads the checks' signals, so without them there
+        # is no model whose cut these answers could choose, and a silent skip looks like a fitted cut
+        print("error: --sentence-answers needs answer.verify: true (the sentence refusal model reads the "
+              "checks' signals)", file=sys.stderr)
+        return 2
     try:
         sets = calibration_sets(args.dataset, args.split, args.limit, args.seed, args.exclude_limit, args.exclude_seed)
     except (OSError, ValueError) as e:
@@ -49,12 +56,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
             best["span_selector"] = fitted["span_selector"]
         if fitted["sentence_refusal_model"] is not None:
             best["sentence_refusal_model"] = fitted["sentence_refusal_model"]
-            if getattr(args, "sentence_answers", None):
-                try:
-                    best.update(_sentence_cut(best["sentence_refusal_model"], args.sentence_answers))
-                except (OSError, ValueError, KeyError) as e:
-                    print(f"error: --sentence-answers {args.sentence_answers}: {e}", file=sys.stderr)
-                    return 2
+        if sentence_answers:
+            if fitted["sentence_refusal_model"] is None:
+                print(f"error: --sentence-answers {sentence_answers}: no sentence refusal model was fitted "
+                      "(its features need the checks' signals in the points: answer.verify, and a probe "
+                      "where the refusal model reads one)", file=sys.stderr)
+                return 2
+            try:
+                best.update(_sentence_cut(best["sentence_refusal_model"], sentence_answers))
+            except (OSError, ValueError, KeyError) as e:
+                print(f"error: --sentence-answers {sentence_answers}: {e}", file=sys.stderr)
+                return 2
         cv = domain_cv(points, args.max_false_refusal, refusal_feats, selector_feats)
     selector = best.get("span_selector")
     model = cfg.generator.engine.model

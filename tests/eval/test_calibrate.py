@@ -248,6 +248,19 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"is_impossible": True, "grounding": {}}) + "\n", encoding="utf-8")
     assert main([*args(points), "--sentence-answers", str(bare)]) == 2
+    # no sentence model to cut (points without the answer check, or checks off): an error, never an
+    # entry that silently keeps the span cut as if the answers had chosen it
+    unchecked = tmp_path / "unchecked.jsonl"
+    def no_answer_check(sig: dict) -> dict:
+        return {k: v for k, v in sig.items() if k != "check_answer"}
+
+    unchecked.write_text("".join(json.dumps({**r, "signals": no_answer_check(r["signals"]), "candidates": [
+        {**c, "signals": no_answer_check(c["signals"])} for c in r["candidates"]]}) + "\n" for r in rows),
+                         encoding="utf-8")
+    before = out.read_text()
+    assert main([*args(unchecked), "--sentence-answers", str(recorded)]) == 2
+    assert main([*args(points), "--sentence-answers", str(recorded), "--set", "answer.verify=false"]) == 2
+    assert out.read_text() == before
     short = tmp_path / "short.jsonl"
     short.write_text("".join(json.dumps(r) + "\n" for r in rows[:5]), encoding="utf-8")
 
