@@ -77,3 +77,37 @@ def pg_dsn(postgres_server, request) -> str:
     yield postgres_server.dsn.rsplit("/", 1)[0] + "/" + name
     with psycopg.connect(postgres_server.dsn, autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class _PeakMemory:
+    """Which test raised the suite's peak resident memory, printed at the end of the run.
+
+    The suite shares loaded models through session fixtures and runs the CLI in subprocesses; a CI
+    box with less memory than the dev machine fails in whichever test crosses its limit, far from the
+    one that loaded too much. ru_maxrss only grows, so the test after which it last jumped is the one
+    that set the peak (children: the largest reaped subprocess)."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, tuple[int, str]] = {"pytest": (0, ""), "subprocesses": (0, "")}
+
+    def record(self, nodeid: str) -> None:
+        import resource
+
+        for name, who in (("pytest", resource.RUSAGE_SELF), ("subprocesses", resource.RUSAGE_CHILDREN)):
+            kb = resource.getrusage(who).ru_maxrss
+            if kb > self.peaks[name][0]:
+                self.peaks[name] = (kb, nodeid)
+
+
+_PEAK = _PeakMemory()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid, location):
+    _PEAK.record(nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.section("peak resident memory")
+    for name, (kb, nodeid) in _PEAK.peaks.items():
+        terminalreporter.write_line(f"{name}: {kb / 2**20:.1f} GiB, reached in {nodeid or '(collection)'}")
