@@ -80,15 +80,27 @@ def pg_dsn(postgres_server, request) -> str:
 
 
 class _PeakMemory:
-    """Which test raised the suite's peak resident memory, printed at the end of the run.
+    """Where the suite's resident memory goes, printed at the end of the run.
 
     The suite shares loaded models through session fixtures and runs the CLI in subprocesses; a CI
     box with less memory than the dev machine fails in whichever test crosses its limit, far from the
-    one that loaded too much. ru_maxrss only grows, so the test after which it last jumped is the one
-    that set the peak (children: the largest reaped subprocess)."""
+    ones that loaded or kept too much. So: the peak (ru_maxrss: pytest, and its largest reaped
+    subprocess) and the tests after which pytest's current resident set grew the most (what a
+    session fixture or a leak keeps)."""
 
     def __init__(self) -> None:
         self.peaks: dict[str, tuple[int, str]] = {"pytest": (0, ""), "subprocesses": (0, "")}
+        self.growth: list[tuple[int, str]] = []
+        self.by_folder: dict[str, int] = {}  # resident set after each test folder's last test
+        self.last = self._current_kb()
+
+    @staticmethod
+    def _current_kb() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def record(self, nodeid: str) -> None:
         import resource
@@ -97,9 +109,45 @@ class _PeakMemory:
             kb = resource.getrusage(who).ru_maxrss
             if kb > self.peaks[name][0]:
                 self.peaks[name] = (kb, nodeid)
+        now = self._current_kb()
+        self.growth.append((now - self.last, nodeid))
+        self.by_folder[nodeid.split("::")[0].rsplit("/", 1)[0]] = now
+        self.last = now
+
+    def report(self, write) -> None:
+        for name, (kb, nodeid) in self.peaks.items():
+            write(f"peak {name}: {kb / 2**20:.1f} GiB, reached in {nodeid or '(collection)'}")
+        write("pytest's resident set after each folder: " + ", ".join(
+            f"{folder} {kb / 2**20:.1f} GiB" for folder, kb in self.by_folder.items()))
+        write(f"pytest's resident set at the end: {self.last / 2**20:.1f} GiB; grew most in:")
+        for kb, nodeid in sorted(self.growth, reverse=True)[:10]:
+            write(f"  +{kb / 2**20:.2f} GiB  {nodeid}")
 
 
 _PEAK = _PeakMemory()
+
+
+def pytest_collection_finish(session):
+    from tests.lifetimes import count_users
+
+    count_users(session.items)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the last user of a `released_after_last_use` fixture, and at the end of each module
+    (its fixtures' models are garbage then): collect them and hand the heap's free pages back
+    (`release_free_heap`), since the engine raises glibc's trim threshold for the whole process and
+    the suite loads a dozen models one after another."""
+    from tests.lifetimes import release_after
+
+    if release_after(item) or nextitem is None or nextitem.module is not item.module:
+        import gc
+
+        from inference.cpu_alloc import release_free_heap
+
+        gc.collect()
+        release_free_heap()
 
 
 @pytest.hookimpl(trylast=True)
@@ -108,6 +156,5 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.section("peak resident memory")
-    for name, (kb, nodeid) in _PEAK.peaks.items():
-        terminalreporter.write_line(f"{name}: {kb / 2**20:.1f} GiB, reached in {nodeid or '(collection)'}")
+    terminalreporter.section("resident memory")
+    _PEAK.report(terminalreporter.write_line)

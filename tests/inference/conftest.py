@@ -3,12 +3,17 @@ reference outputs are computed once per prompt, and every test ends with zero KV
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
 from inference import LLM, SamplingParams
+from tests.lifetimes import released_after_last_use
 
-_ENGINES: list[LLM] = []
+# every engine a test made, for the block-accounting check; weak, so an engine dies with the test
+# or module fixture that made it instead of living (GBs each for Qwen) until the session ends
+_ENGINES: weakref.WeakSet[LLM] = weakref.WeakSet()
 
 PROMPTS = [
     "The capital of France is",
@@ -27,7 +32,7 @@ def make_llm(**kwargs) -> LLM:
     kwargs.setdefault("dtype", "float32")
     kwargs.setdefault("quantization", "none")
     llm = LLM(kwargs.pop("model", "smollm2"), **kwargs)
-    _ENGINES.append(llm)
+    _ENGINES.add(llm)
     return llm
 
 
@@ -56,7 +61,7 @@ def model_dir(llm):
     return llm.engine.model_dir
 
 
-@pytest.fixture(scope="session")
+@released_after_last_use
 def hf_greedy(llm):
     """fn(prompt, n) -> HF transformers greedy continuation (fp32, same dequantised weights)."""
     from transformers import AutoModelForCausalLM
@@ -89,7 +94,7 @@ def _no_leaked_blocks():
     """Block accounting invariant: once a test is done, no engine holds a KV block."""
     yield
     problems = []
-    for engine_llm in _ENGINES:
+    for engine_llm in list(_ENGINES):
         eng = engine_llm.engine
         if eng.requests:
             problems.append(f"unfinished requests left: {list(eng.requests)}")
@@ -115,10 +120,11 @@ def qwen_name() -> str:
     return entry.name
 
 
-@pytest.fixture(scope="session")
+@released_after_last_use
 def qwen_f32(qwen_name) -> LLM:
     """Qwen2.5-0.5B with float32 (dequantised) weights, loaded once: the reference the GGUF-block,
-    int8 and HF parity tests compare with (each loaded its own: ~9 s and 2.5 GB a time)."""
+    int8 and HF parity tests compare with (each loaded its own: ~9 s and 2.5 GB a time), released
+    after the last of them."""
     llm = LLM(qwen_name, num_blocks=64, dtype="float32", quantization="none")
-    _ENGINES.append(llm)
+    _ENGINES.add(llm)
     return llm
