@@ -52,7 +52,3 @@ def release_after(item: pytest.Item) -> bool:
         if _users[name] <= 0 and _held.pop(name, None) is not None:
             released = True
     return released
-
-
-def held() -> set[str]:
-    return set(_held)
