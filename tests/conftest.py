@@ -89,18 +89,16 @@ class _PeakMemory:
     session fixture or a leak keeps)."""
 
     def __init__(self) -> None:
+        import psutil  # how bench/ reads resident memory too
+
+        self.process = psutil.Process()
         self.peaks: dict[str, tuple[int, str]] = {"pytest": (0, ""), "subprocesses": (0, "")}
         self.growth: list[tuple[int, str]] = []
         self.by_folder: dict[str, int] = {}  # resident set after each test folder's last test
         self.last = self._current_kb()
 
-    @staticmethod
-    def _current_kb() -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-        except (OSError, ValueError, IndexError):
-            return 0
+    def _current_kb(self) -> int:
+        return self.process.memory_info().rss // 1024
 
     def record(self, nodeid: str) -> None:
         import resource
