@@ -54,6 +54,10 @@ class QAOutput:
     passages: dict[str, str] = field(default_factory=dict)  # marker ("1") -> title + text the model saw
     # long answers with `answer.long_grounding` on: each sentence's path and their counts (`Answer.grounding`)
     grounding: dict[str, Any] = field(default_factory=dict)
+    # a comparison of two named options (`Answer.comparison`): the options' questions, answers, `used`
+    comparison: dict[str, Any] = field(default_factory=dict)
+    # a refusal tried in two steps (`Answer.two_hop`): the two questions, their answers, `used`
+    two_hop: dict[str, Any] = field(default_factory=dict)
 
 
 AnswerFn = Callable[[str], Any]
@@ -111,7 +115,9 @@ def normalise_answer_output(out: Any) -> QAOutput:
     return QAOutput(text=str(text), citations=[_cited(c, passages) for c in get("citations", None) or []],
                     timings_ms=dict(get("timings_ms", None) or {}), refused=get("refused", None),
                     signals=dict(get("signals", None) or {}), passages=shown,
-                    grounding=dict(get("grounding", None) or {}), **kw)
+                    grounding=dict(get("grounding", None) or {}),
+                    comparison=dict(get("comparison", None) or {}), two_hop=dict(get("two_hop", None) or {}),
+                    **kw)
 
 
 def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig | None,
@@ -170,7 +176,9 @@ def evaluate_qa(
     `sentences` (long mode): `supported_sentence_rate`, the share of the answered questions'
     sentences whose content the passage they cite supports (`eval.answers.sentence_support`).
     `long_grounding` (on the result): how many of the model's sentences took each grounding path
-    (kept, recited, dropped_keyfact, ...; `rag/answering/long.py`), summed over the questions.
+    (kept, recited, dropped_keyfact, ...; `rag/answering/long.py`), summed over the questions;
+    `comparisons` / `two_hop`: how many questions tried each answer-in-parts path and how many it
+    answered (`path_counts`).
     """
     by_id = {it.id: it for it in items}
 
@@ -195,7 +203,22 @@ def evaluate_qa(
         metrics=_qa_metrics(items, per_query, costs), latency_ms=costs["latency_ms"],
         n_queries=len(items), name=name, per_query=per_query, executed=executed,
         long_grounding=grounding_counts(outputs[it.id] for it in items),
+        comparisons=path_counts((outputs[it.id] for it in items), "comparison"),
+        two_hop=path_counts((outputs[it.id] for it in items), "two_hop"),
     )
+
+
+def path_counts(outputs: Iterable[QAOutput], path: str) -> dict[str, int]:
+    """How many questions tried an answer path that works in parts (`comparison`: two named options
+    compared, `rag/answering/compare.py`; `two_hop`: a refusal split in two steps,
+    `rag/answering/two_hop.py`) and how many of them it answered (`used`); empty when none tried."""
+    asked = used = 0
+    for o in outputs:
+        record = getattr(o, path)
+        if record:
+            asked += 1
+            used += bool(record.get("used"))
+    return {"asked": asked, "used": used} if asked else {}
 
 
 def grounding_counts(outputs: Iterable[QAOutput]) -> dict[str, int]:
@@ -243,7 +266,9 @@ def write_answers(path: str | Path, items: Sequence[QAItem], outputs: Mapping[st
                    **{k: s[k] for k in ("citation_precision", "citation_recall", "supported_sentences", "sentences")
                       if k in s},
                    "signals": out.signals, "latency_ms": round(out.timings_ms.get(TOTAL, 0.0), 1),
-                   **({"grounding": out.grounding} if out.grounding else {})}
+                   **({"grounding": out.grounding} if out.grounding else {}),
+                   **({"comparison": out.comparison} if out.comparison else {}),
+                   **({"two_hop": out.two_hop} if out.two_hop else {})}
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 

@@ -91,6 +91,8 @@ class EvalResult:
     executed: int = 0  # queries actually searched in this call (the rest came from the cache)
     metrics_by_type: dict[str, dict[str, float]] = field(default_factory=dict)  # {type: {metric: value}}
     long_grounding: dict[str, int] = field(default_factory=dict)  # QA, long mode: sentences per grounding path
+    comparisons: dict[str, int] = field(default_factory=dict)  # QA: comparison questions asked / decided
+    two_hop: dict[str, int] = field(default_factory=dict)  # QA: refusals tried in two steps / answered
     # QA: the engine's K/V reuse over the run (`eval.runner.engine_counters`): shows a passage-cache
     # run really reused passages (hits, reused and recomputed tokens), not only that it was configured
     engine: dict[str, float] = field(default_factory=dict)
@@ -106,6 +108,8 @@ class EvalResult:
             "n_queries": self.n_queries,
             **({"metrics_by_type": self.metrics_by_type} if self.metrics_by_type else {}),
             **({"long_grounding": self.long_grounding} if self.long_grounding else {}),
+            **({"comparisons": self.comparisons} if self.comparisons else {}),
+            **({"two_hop": self.two_hop} if self.two_hop else {}),
             **({"engine": self.engine} if self.engine else {}),
         }
 
@@ -217,6 +221,10 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
     # long QA answers: which path each sentence took (rag/answering/long.py), under the table
     lines += [f"long_grounding {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v}" for k, v in r.long_grounding.items())
               for r in rows if r.long_grounding]
+    lines += [f"comparisons {r.name or r.dataset or '-'}: asked {r.comparisons['asked']}, decided "
+              f"{r.comparisons['used']}" for r in rows if r.comparisons]
+    lines += [f"two_hop {r.name or r.dataset or '-'}: tried {r.two_hop['asked']}, answered {r.two_hop['used']}"
+              for r in rows if r.two_hop]
     # passage KV cache / KV shifting runs: what the engine reused
     lines += [f"engine {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v:g}" for k, v in r.engine.items())
               for r in rows if r.engine.get("passage_cache_hits", 0) + r.engine.get("passage_cache_misses", 0)

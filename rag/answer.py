@@ -80,6 +80,13 @@ class Answer:
     # false when no calibration entry covers the question's language and the decoder's own no-answer
     # path decided; `by` (refusal_model, thresholds, config, decoder) and the question's `language`
     refusal_calibration: dict[str, Any] = field(default_factory=dict)
+    # a question comparing two named options by a date or a number (`rag/answering/compare.py`): the
+    # options, each one's question and short answer, which won, and `used` (false: answered as asked,
+    # `reason` says why the comparison did not decide)
+    comparison: dict[str, Any] = field(default_factory=dict)
+    # a refused question tried in two steps (`rag/answering/two_hop.py`): the two questions, their
+    # short answers and `used` (false: the refusal stands, `reason` says why)
+    two_hop: dict[str, Any] = field(default_factory=dict)
 
     @property
     def standalone_question(self) -> str:

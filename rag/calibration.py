@@ -161,6 +161,9 @@ class CalibrationEntry:
     # check with a sentence as the answer): what judges each sentence of a long answer to a question
     # asking for an explanation (`gate.SentenceGate`); None: those questions keep the span gate
     sentence_refusal_model: RefusalModel | None = None
+    # whether a refused English question is tried in two steps with this model (`answer.two_hop:
+    # null`): set where it was measured to answer bridge questions without new inventions
+    two_hop: bool = False
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -176,7 +179,7 @@ class CalibrationEntry:
                    entry.get("short_k"),
                    tuple(entry["short_k_languages"]) if "short_k_languages" in entry else None,
                    RefusalModel.from_dict(entry["sentence_refusal_model"]) if "sentence_refusal_model" in entry
-                   else None)
+                   else None, bool(entry.get("two_hop", False)))
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

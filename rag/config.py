@@ -48,6 +48,15 @@ class AnswerConfig(BaseModel):
     short_max_tokens: int = Field(24, ge=1, description="token budget of a short answer")
     force_markers: bool = Field(True, description=(
         "long mode: before an uncited sentence ends, the model must write a [n] marker (it picks n)"))
+    compare: bool = Field(True, description=(
+        "English questions comparing two named options by a date or a number ('Who was born first, A or "
+        "B?'): answer each option's value as a grounded short answer and compare them in code; when they "
+        "do not decide, the question is answered as asked (rag/answering/compare.py)"))
+    two_hop: bool | None = Field(None, description=(
+        "English questions the answer refuses: the engine splits the question into a first question and a "
+        "second naming its answer (bridge questions: 'the fight song of the university in Lawrence, Kansas'), "
+        "each a grounded short answer; the refusal stands when they do not answer. null: where the model's "
+        "calibration entry says it was measured to help (the shipped qwen2.5-1.5b) (rag/answering/two_hop.py)"))
     long_grounding: Literal["strict", "check", "off"] = Field("strict", description=(
         "long mode (rag/answering/long.py): check every sentence against the passages it cites (its numbers "
         "and names must occur there, enough of its words, and the engine's answer check where calibrated) and "

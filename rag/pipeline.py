@@ -12,6 +12,7 @@ it on its own loop; the sync API enters it once, through `rag/generation/base.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -260,6 +261,103 @@ class Pipeline:
                       history: Sequence[ChatTurn] = (), **sampling: Any):
         """The question on the caller's loop (so a client that goes away cancels the request and
         frees its KV blocks); blocking work in worker threads; deltas, then the final `Answer`."""
+        self._check_question(question)  # before any path reads it (a comparison asks other questions)
+        outcome = None
+        if passages is None and not history:
+            compared = await self._acompare(question, filters, collection, k, sampling)
+            if compared is not None:
+                answer, outcome = compared
+                if answer is not None:
+                    answer.comparison = outcome.to_dict()
+                    yield answer.text
+                    yield answer
+                    return
+        # a refusal may still be answered in two steps (`_atwo_hop`): its text is held back while
+        # the deltas spell it, so that what was streamed always adds up to the answer given
+        from .answering.two_hop import RefusalHold
+
+        hold = RefusalHold(self.cfg.prompt.refusal,
+                           outcome is None and passages is None and not history and await self._splits(question))
+        async for item in self._astream_one(question, filters, collection, k, request_id, passages, history,
+                                            **sampling):
+            if not isinstance(item, Answer):
+                for delta in hold.feed(item):
+                    yield delta
+                continue
+            if outcome is not None:
+                item.comparison = outcome.to_dict()
+            if hold.replaceable(item):
+                answer, hop = await self._atwo_hop(question, filters, collection, k, sampling)
+                if answer is not None:
+                    answer.two_hop = hop.to_dict()
+                    yield answer.text
+                    yield answer
+                    return
+                item.two_hop = hop.to_dict()
+            for delta in hold.release():
+                yield delta
+            yield item
+
+    async def _splits(self, question: str) -> bool:
+        """Whether a refusal of `question` may be answered in two steps: grounded short answers (a
+        generator that takes logits processors) and the policy's `two_hop` (configured, else the
+        model's calibration entry; English questions)."""
+        ac = self.cfg.answer
+        if not ac.grounded or ac.two_hop is False:
+            return False
+        gen, policies = await self._built("generator", "policies")
+        if not gen.supports_logits_processors:
+            return False
+        return (await asyncio.to_thread(policies.for_question, question)).two_hop
+
+    async def _ask_short(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
+                         sampling: dict[str, Any]) -> Answer:
+        """One grounded short answer (a part of a comparison or of a two-step answer)."""
+        final = None
+        # closed here when the question is cancelled (a client gone away): its engine request is aborted
+        async with contextlib.aclosing(self._astream_one(question, filters, collection, k, None, None, (),
+                                                         **{**sampling, "mode": "short"})) as items:
+            async for item in items:
+                final = item
+        assert isinstance(final, Answer)
+        return final
+
+    async def _atwo_hop(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
+                        sampling: dict[str, Any]) -> tuple[Answer | None, Any]:
+        """A refused question split by the engine into two grounded short answers, the second naming
+        the first's (`rag/answering/two_hop.py`); (None, outcome) when the split does not answer it."""
+        from .answering import two_hop
+        from .answering.prepare import answer_mode
+
+        (gen,) = await self._built("generator")
+        return await two_hop.aanswer(gen, question, answer_mode(sampling.get("mode"), self.cfg.answer.mode),
+                                     lambda q: self._ask_short(q, filters, collection, k, sampling))
+
+    async def _acompare(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
+                        sampling: dict[str, Any]) -> tuple[Answer | None, Any] | None:
+        """A question comparing two named options by a date or a number (`rag/answering/compare.py`):
+        its answer from each option's grounded short answer, or (None, outcome) when they do not
+        decide; None when the question is no such comparison or answers are not grounded here."""
+        from .answering import compare
+        from .answering.policy import question_language
+        from .answering.prepare import answer_mode
+
+        ac = self.cfg.answer
+        if not (ac.compare and ac.grounded):
+            return None
+        cmp = compare.parse(question, question_language(question))
+        if cmp is None:
+            return None
+        (gen,) = await self._built("generator")
+        if not gen.supports_logits_processors:  # the options' answers would not be grounded spans
+            return None
+        mode = answer_mode(sampling.get("mode"), ac.mode)
+        return await compare.aanswer(gen, cmp, mode, lambda q: self._ask_short(q, filters, collection, k, sampling))
+
+    async def _astream_one(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
+                           request_id: str | None, passages: list[str] | None, history: Sequence[ChatTurn],
+                           **sampling: Any):
+        """One question to its answer: retrieval (or the given passages), the prompt, the decode."""
         t0 = time.perf_counter()
         if passages is None:
             prep = await self.aprepare(question, filters, collection, k, history=history, **sampling)

@@ -224,6 +224,16 @@ class ShortAnswerPolicy:
         return min(n, k) if k else n
 
     @property
+    def two_hop(self) -> bool:
+        """Whether a refusal is tried in two steps (`rag/answering/two_hop.py`): as configured
+        (`answer.two_hop`), else where the calibration entry says it was measured to help; English
+        questions only (the splitting examples are English). Why per model: the 1.5B splits bridge
+        questions and answers both steps; the 0.5B restates the question or chains its own
+        inventions (docs/results.md, "Session 29")."""
+        on = self.answer.two_hop if self.answer.two_hop is not None else self.entry.two_hop
+        return bool(on) and self.language == "en"
+
+    @property
     def chooses_at_first_token(self) -> bool:
         """Whether the choice among per-passage candidates is known once each has its first token:
         a selector reading only the first token's margin, the passage checks and the rank (the

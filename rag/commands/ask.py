@@ -87,8 +87,19 @@ def print_sources(answer, out: TextIO | None = None) -> None:
             extra = "".join([f" § {c.section}" if c.section else "", f", p.{c.page}" if c.page else ""])
             flag = " (inferred)" if c.inferred else ""
             print(f"  [{c.marker}] {where}{extra} — {c.source}{flag}", file=out)
+    cmp = answer.comparison
+    if cmp.get("used"):  # what was compared: each option's question and its cited answer
+        print("\nCompared:", file=out)
+        for q, a in zip(cmp["sub_questions"], cmp["answers"], strict=True):
+            print(f"  {q} {a}", file=out)
+    hop = answer.two_hop
+    if hop.get("used"):  # a refused question answered in two steps: each step and its answer
+        print("\nIn two steps:", file=out)
+        for q, a in zip(hop["questions"], hop["answers"], strict=True):
+            print(f"  {q} {a}", file=out)
     t = answer.timings_ms
-    keys = [k for k in ("condense", "rewrite", "retrieve", "fuse", "rerank", "compress", "prefill", "decode", "total") if k in t]
+    keys = [k for k in ("condense", "rewrite", "retrieve", "fuse", "rerank", "compress", "compare", "two_hop", "prefill",
+                        "decode", "total") if k in t]
     print("\n" + "  ".join(f"{k} {t[k]:.0f}ms" for k in keys)
           + f"  tokens {answer.tokens.get('prompt', 0)} in ({answer.tokens.get('cached', 0)} cached), "
           f"{answer.tokens.get('completion', 0)} out", file=out)

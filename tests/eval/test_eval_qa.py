@@ -310,3 +310,30 @@ def test_long_grounding_paths_are_counted_in_the_result_json(tmp_path):
     from eval.retrieval_eval import format_table
 
     assert "kept 1, recited 1" in format_table(res) and "long_grounding" not in format_table(plain)
+
+
+def test_comparisons_are_counted_and_written(tmp_path):
+    """Catches a comparison answer's parts lost on the way to the report: `comparisons` must count
+    the questions that were comparisons and those their options' answers decided, the answers file
+    must keep each one's `comparison` record (and a two-step try's `two_hop`), and a run with none
+    must report nothing."""
+    import json
+
+    decided = Answer(question="Which flies longer, the XR-200 or the XR-300?", text="the XR-300 [1][2]",
+                     comparison={"options": ["the XR-200", "the XR-300"], "used": True, "chosen": 1})
+    undecided = Answer(question="Which flies longer, the XR-200 or the XR-900?", text="I don't know.",
+                       refused=True, comparison={"options": ["the XR-200", "the XR-900"], "used": False,
+                                                 "reason": "refused: the XR-900"})
+    plain = Answer(question="How long does the XR-200 fly?", text="42 minutes",
+                   two_hop={"questions": ["Who makes the XR-200?"], "used": False})
+    answers = {a.question: a for a in (decided, undecided, plain)}
+    items = [QAItem(id=str(i), question=q, answers=["x"]) for i, q in enumerate(answers)]
+    path = tmp_path / "answers.jsonl"
+    res = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False, answers_path=path)
+    assert res.comparisons == {"asked": 2, "used": 1} and res.two_hop == {"asked": 1, "used": 0}
+    assert res.to_dict()["comparisons"] == {"asked": 2, "used": 1}
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r.get("comparison", {}).get("used") for r in rows] == [True, False, None]
+    assert [r.get("two_hop", {}).get("used") for r in rows] == [None, None, False]
+    none = evaluate_qa(items[2:], lambda q: answers[q], progress=False, warmup=False)
+    assert none.comparisons == {} and "comparisons" not in none.to_dict()
