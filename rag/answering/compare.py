@@ -306,7 +306,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
         return None, out
     out.sub_questions = subs
     answers: list[Answer] = list(await asyncio.gather(*(ask(q) for q in subs)))
-    texts = [None if a.refused or not a.citations else _span(a) for a in answers]
+    texts = [a.span for a in answers]
     out.answers = texts
     if None in texts:
         out.reason = "refused: " + ", ".join(o for o, t in zip(cmp.options, texts, strict=True) if t is None)
@@ -386,8 +386,3 @@ def _without(text: str, names_: tuple[str, str]) -> str:
 def _cited(answer: Any) -> Any:
     """The passage a short answer cites."""
     return next(p for p in answer.passages if p.chunk_id == answer.citations[0].chunk_id)
-
-
-def _span(answer: Any) -> str:
-    """A short answer's text without its citation markers."""
-    return re.sub(r"\s*\[\d+\]", "", answer.text).strip()

@@ -156,7 +156,7 @@ async def aanswer(gen: Any, question: str, mode: str, ask: Any) -> tuple[Any | N
         return None, out
     out.questions = [split.first]
     first = await ask(split.first)
-    a1 = _span(first)
+    a1 = first.span
     out.answers = [a1]
     if (fault := first_fault(question, a1)) is not None:
         out.reason = fault
@@ -164,7 +164,7 @@ async def aanswer(gen: Any, question: str, mode: str, ask: Any) -> tuple[Any | N
     assert a1 is not None
     out.questions.append(split.then(a1))
     second = await ask(out.questions[1])
-    a2 = _span(second)
+    a2 = second.span
     out.answers.append(a2)
     if (fault := second_fault(a1, a2)) is not None:
         out.reason = fault
@@ -181,7 +181,7 @@ def assemble(question: str, split: Split, first: Any, second: Any, mode: str) ->
     same passage); long mode also states the first step."""
     from ..answer import Answer
 
-    a1, a2 = _span(first), _span(second)
+    a1, a2 = first.span, second.span
     passages, citations = [], []
     for a in (second, first):
         cite = a.citations[0]
@@ -233,13 +233,6 @@ class RefusalHold:
         """The held deltas, when the answer stands."""
         out, self.held = self.held, []
         return out
-
-
-def _span(answer: Any) -> str | None:
-    """A short answer's text without its citation markers; None for a refusal."""
-    if answer.refused or not answer.citations:
-        return None
-    return re.sub(r"\s*\[\d+\]", "", answer.text).strip() or None
 
 
 def _norm(text: str) -> str:
