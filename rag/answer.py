@@ -89,16 +89,6 @@ class Answer:
     two_hop: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def span(self) -> str | None:
-        """A given short answer's text without its citation markers (what a comparison or a two-step
-        answer reads as a value); None for a refusal or an answer that cites nothing."""
-        from .citations import strip_citation_markers
-
-        if self.refused or not self.citations:
-            return None
-        return strip_citation_markers(self.text) or None
-
-    @property
     def standalone_question(self) -> str:
         """The question without the conversation (what a check that reads one passage is asked)."""
         return self.chat.get("standalone_query") or self.question

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from indexing.language import CJK_RANGES
 
-from .answer import Citation, Passage
+from .answer import Answer, Citation, Passage
 
 _MARKER = re.compile(r"\[(\d+(?:\s*[,，、]\s*\d+)*)\]")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -275,6 +275,14 @@ _MARKERS = re.compile(r"\s*(?:\[\d+(?:\s*[,，]\s*\d+)*\]|【\d+】)")
 def strip_citation_markers(text: str) -> str:
     """Remove `[1]`, `[1, 2]`, `【1】` markers: citations are scored apart, not as answer tokens."""
     return _MARKERS.sub("", text).strip()
+
+
+def answer_span(answer: Answer) -> str | None:
+    """A given short answer's text without its citation markers (what a comparison or a two-step
+    answer reads as a value); None for a refusal or an answer that cites nothing."""
+    if answer.refused or not answer.citations:
+        return None
+    return strip_citation_markers(answer.text) or None
 
 
 def split_sentences(text: str) -> list[str]:

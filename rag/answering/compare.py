@@ -296,6 +296,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
     writes the first option's question; `ask(question)` awaits one option's grounded short answer
     (an `Answer`) with the caller's filters and collection."""
     from ..answer import Answer
+    from ..citations import answer_span
 
     t0 = time.perf_counter()
     out = Outcome(list(cmp.options), cmp.kind, cmp.best)
@@ -306,7 +307,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
         return None, out
     out.sub_questions = subs
     answers: list[Answer] = list(await asyncio.gather(*(ask(q) for q in subs)))
-    texts = [a.span for a in answers]
+    texts = [answer_span(a) for a in answers]
     out.answers = texts
     if None in texts:
         out.reason = "refused: " + ", ".join(o for o, t in zip(cmp.options, texts, strict=True) if t is None)

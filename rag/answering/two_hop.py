@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..citations import answer_span
+
 # written for this project, not taken from any dataset
 _EXAMPLES = (
     ("Which team did the director of the film Green Harbour play for?",
@@ -156,7 +158,7 @@ async def aanswer(gen: Any, question: str, mode: str, ask: Any) -> tuple[Any | N
         return None, out
     out.questions = [split.first]
     first = await ask(split.first)
-    a1 = first.span
+    a1 = answer_span(first)
     out.answers = [a1]
     if (fault := first_fault(question, a1)) is not None:
         out.reason = fault
@@ -164,7 +166,7 @@ async def aanswer(gen: Any, question: str, mode: str, ask: Any) -> tuple[Any | N
     assert a1 is not None
     out.questions.append(split.then(a1))
     second = await ask(out.questions[1])
-    a2 = second.span
+    a2 = answer_span(second)
     out.answers.append(a2)
     if (fault := second_fault(a1, a2)) is not None:
         out.reason = fault
@@ -181,7 +183,7 @@ def assemble(question: str, split: Split, first: Any, second: Any, mode: str) ->
     same passage); long mode also states the first step."""
     from ..answer import Answer
 
-    a1, a2 = first.span, second.span
+    a1, a2 = answer_span(first), answer_span(second)
     passages, citations = [], []
     for a in (second, first):
         cite = a.citations[0]
