@@ -132,8 +132,8 @@ def test_the_path_is_the_shipped_1_5b_entrys_and_english_only(tmp_path) -> None:
 
 def test_pipeline_keeps_the_refusal_when_the_split_does_not_answer(pipeline) -> None:
     """Bug caught: a refused question whose two-step try failed losing its refusal, its streamed
-    text not adding up to it, or the try not recorded (SmolLM2 restates the question instead of
-    splitting it: the path must fall back)."""
+    text not adding up to it, or the try not recorded (here every question, the steps included, is
+    refused for its retrieval score: whatever SmolLM2 writes, the path must fall back)."""
     from rag.pipeline import Pipeline
 
     cfg = pipeline.cfg.model_copy(deep=True)
