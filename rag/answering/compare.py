@@ -16,7 +16,6 @@ English only: the rule reads English comparatives.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -295,8 +294,8 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
     """The comparison's answer, or None with the outcome saying why not. `gen`: the generator that
     writes the first option's question; `ask(question)` awaits one option's grounded short answer
     (an `Answer`) with the caller's filters and collection."""
-    from ..answer import Answer
     from ..citations import answer_span
+    from . import parts
 
     t0 = time.perf_counter()
     out = Outcome(list(cmp.options), cmp.kind, cmp.best)
@@ -306,7 +305,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
         out.reason = f"the written question does not name {cmp.options[0]!r}: {written.strip()[:120]!r}"
         return None, out
     out.sub_questions = subs
-    answers: list[Answer] = list(await asyncio.gather(*(ask(q) for q in subs)))
+    answers = list(await asyncio.gather(*(ask(q) for q in subs)))
     texts = [answer_span(a) for a in answers]
     out.answers = texts
     if None in texts:
@@ -325,17 +324,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
         return None, out
     out.chosen, out.used = won, True
     # the passage each option's value was read from, renumbered [1] and (when another) [2]
-    passages, citations, markers = [], [], []
-    for a in answers:
-        cite = a.citations[0]
-        if cite.chunk_id in [p.chunk_id for p in passages]:
-            markers.append(next(p.marker for p in passages if p.chunk_id == cite.chunk_id))
-            continue
-        src = _cited(a)
-        n = len(passages) + 1
-        passages.append(dataclasses.replace(src, marker=n))
-        citations.append(dataclasses.replace(cite, marker=n))
-        markers.append(n)
+    passages, citations, markers = parts.cite(answers)
     lose = 1 - won
     if mode == "short":
         text = cmp.options[won] + " " + "".join(f"[{m}]" for m in dict.fromkeys((markers[won], markers[lose])))
@@ -343,13 +332,8 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
         text = (f"{cmp.options[won]}: {texts[won]} [{markers[won]}], against {texts[lose]} for "
                 f"{cmp.options[lose]} [{markers[lose]}].")
         text = text[0].upper() + text[1:]
-    answer = Answer(question=cmp.question, text=text, citations=citations, passages=passages, mode=mode,
-                    grounded=True, queries=[q for a in answers for q in a.queries])
+    answer = parts.combine(cmp.question, text, mode, answers, (passages, citations), answers[0].refusal_calibration)
     answer.timings_ms["compare"] = (time.perf_counter() - t0) * 1000  # the two answers ran together
-    for a in answers:
-        for k, v in a.tokens.items():
-            answer.tokens[k] = answer.tokens.get(k, 0) + v
-    answer.refusal_calibration = dict(answers[0].refusal_calibration)
     return answer, out
 
 

@@ -16,7 +16,6 @@ question asking for the same kind of answer (a date for a date). A question nami
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -181,28 +180,17 @@ def assemble(question: str, split: Split, first: Any, second: Any, mode: str) ->
     """The answer from the two steps' short answers (`Answer`s, both given): the second's span,
     citing [1] the passage holding it and [2] the one that led to it (one marker when both are the
     same passage); long mode also states the first step."""
-    from ..answer import Answer
+    from . import parts
 
     a1, a2 = answer_span(first), answer_span(second)
-    passages, citations = [], []
-    for a in (second, first):
-        cite = a.citations[0]
-        if any(p.chunk_id == cite.chunk_id for p in passages):
-            continue
-        src = next(p for p in a.passages if p.chunk_id == cite.chunk_id)
-        passages.append(dataclasses.replace(src, marker=len(passages) + 1))
-        citations.append(dataclasses.replace(cite, marker=len(passages)))
-    via = len(passages)  # the first step's passage (1 when both came from one passage)
+    passages, citations, markers = parts.cite((second, first))
+    via = markers[1]  # the first step's passage (1 when both came from one passage)
     if mode == "short":
         text = f"{a2} " + "".join(f"[{n}]" for n in range(1, len(passages) + 1))
     else:
         text = f"{a2} [1] ({split.first} {a1} [{via}])."
-    answer = Answer(question=question, text=text, citations=citations, passages=passages, mode=mode,
-                    grounded=True, queries=[q for a in (first, second) for q in a.queries])
-    for a in (first, second):
-        for k, v in a.tokens.items():
-            answer.tokens[k] = answer.tokens.get(k, 0) + v
-    answer.refusal_calibration = dict(second.refusal_calibration)
+    answer = parts.combine(question, text, mode, (first, second), (passages, citations),
+                           second.refusal_calibration)
     return answer
 
 
