@@ -166,6 +166,7 @@ def _answer_points(args: argparse.Namespace, cfg, sets: list[CalibrationSet], pr
     cfg.answer.refuse_min_logprob = -1e9
     cfg.answer.compare = False  # a point is one span decision; a comparison's answer is two
     cfg.answer.two_hop = False
+    cfg.answer.yes_no = False
     if cfg.answer.per_passage is None:
         # Record every passage's span so a selector can be fitted (with a probe); with the
         # per-passage path off (`--set answer.per_passage=false`) the single decode is calibrated.

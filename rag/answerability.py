@@ -132,6 +132,24 @@ async def answer_check(generator: Any, question: str, passage: str, answer: str,
     return yes_log_odds(out.candidate_logprobs, yes, no)
 
 
+YES_NO_SYSTEM = "You answer questions about a passage."
+YES_NO = "Passage: {passage}\n\nQuestion: {question}\nAnswer yes or no."
+
+
+async def yes_no_check(generator: Any, question: str, passage: str) -> float:
+    """log P(yes) - log P(no) of the engine answering a yes/no `question` from `passage` alone (the
+    one-thing checks of "Are A and B both ...?", `answering/yes_no.py`)."""
+    from inference.sampling_params import SamplingParams
+
+    yes, no = yes_no_ids(generator.tokenizer)
+    prompt = generator.encode_chat([{"role": "system", "content": YES_NO_SYSTEM},
+                                    {"role": "user", "content": YES_NO.format(passage=passage, question=question)}])
+    sp = SamplingParams(max_tokens=1, temperature=0.0, candidate_token_ids=sorted(set(yes) | set(no)),
+                        candidates_only=True)
+    out = await generator.agenerate(prompt, sp)
+    return yes_log_odds(out.candidate_logprobs, yes, no)
+
+
 def _spans(generator: Any, prompt: list[int], passage: str) -> list[tuple[int, int]] | None:
     """The check prompt's passage span for the engine's passage KV cache. Without an anchor its key
     is the checks' own template (every question's check of a passage reuses the first one's K/V);

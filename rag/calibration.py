@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .answerability import AnswerabilityProbe
@@ -136,6 +136,20 @@ def load_thresholds(path: Path, model: str, shipped: bool = True, language: str 
     return copy.deepcopy(entry or {})
 
 
+class YesNoThresholds(NamedTuple):
+    """Where a one-thing yes/no check's log-odds (`answerability.yes_no_check`) decide: `yes` at or
+    above, `no` at or below; a choice between two options needs the chosen one's above `no` and
+    at least `margin` above the other's."""
+
+    yes: float
+    no: float
+    margin: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> YesNoThresholds:
+        return cls(float(d["yes"]), float(d["no"]), float(d["margin"]))
+
+
 @dataclass(frozen=True)
 class CalibrationEntry:
     """What one entry of the calibration file decides with, parsed: the refusal model, the span
@@ -164,6 +178,9 @@ class CalibrationEntry:
     # whether a refused English question is tried in two steps with this model (`answer.two_hop:
     # null`): set where it was measured to answer bridge questions without new inventions
     two_hop: bool = False
+    # the one-thing yes/no checks' log-odds thresholds ("Are A and B both ...?", "Which ..., A or
+    # B?", `answering/yes_no.py`) where measured for this model
+    yes_no: YesNoThresholds | None = None
 
     @classmethod
     def from_dict(cls, entry: dict[str, Any]) -> CalibrationEntry:
@@ -179,7 +196,8 @@ class CalibrationEntry:
                    entry.get("short_k"),
                    tuple(entry["short_k_languages"]) if "short_k_languages" in entry else None,
                    RefusalModel.from_dict(entry["sentence_refusal_model"]) if "sentence_refusal_model" in entry
-                   else None, bool(entry.get("two_hop", False)))
+                   else None, bool(entry.get("two_hop", False)),
+                   YesNoThresholds.from_dict(entry["yes_no"]) if "yes_no" in entry else None)
 
 
 def load_entry(path: Path, model: str, shipped: bool = True, language: str | None = None) -> CalibrationEntry:

@@ -57,6 +57,12 @@ class AnswerConfig(BaseModel):
         "second naming its answer (bridge questions: 'the fight song of the university in Lawrence, Kansas'), "
         "each a grounded short answer; the refusal stands when they do not answer. null: where the model's "
         "calibration entry says it was measured to help (the shipped qwen2.5-1.5b) (rag/answering/two_hop.py)"))
+    yes_no: bool | None = Field(None, description=(
+        "English yes/no questions about two named things ('Are A and B both magazines?', 'Were A and B of the "
+        "same nationality?'): each one checked against its own passage, or each one's value answered and "
+        "compared in code; when they do not decide, the question is answered as asked. null: where the "
+        "model's calibration entry holds the checks' yes/no thresholds (the shipped qwen2.5-1.5b); true "
+        "elsewhere uses the qwen2.5-1.5b's (rag/answering/yes_no.py)"))
     long_grounding: Literal["strict", "check", "off"] = Field("strict", description=(
         "long mode (rag/answering/long.py): check every sentence against the passages it cites (its numbers "
         "and names must occur there, enough of its words, and the engine's answer check where calibrated) and "

@@ -335,24 +335,54 @@ class Pipeline:
 
     async def _acompare(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
                         sampling: dict[str, Any]) -> tuple[Answer | None, Any] | None:
-        """A question comparing two named options by a date or a number (`rag/answering/compare.py`):
-        its answer from each option's grounded short answer, or (None, outcome) when they do not
-        decide; None when the question is no such comparison or answers are not grounded here."""
-        from .answering import compare
+        """A question about two named things answered from one answer per thing: a comparison of
+        two options by a date or a number (`rag/answering/compare.py`, `answer.compare`) or a yes/no
+        question about both (`rag/answering/yes_no.py`, `answer.yes_no`); (None, outcome) when the
+        parts do not decide; None when the question is neither or answers are not grounded here."""
+        from .answering import compare, yes_no
         from .answering.policy import question_language
         from .answering.prepare import answer_mode
 
         ac = self.cfg.answer
-        if not (ac.compare and ac.grounded):
+        if not ac.grounded:
             return None
-        cmp = compare.parse(question, question_language(question))
-        if cmp is None:
+        language = question_language(question)
+        cmp = compare.parse(question, language) if ac.compare else None
+        pair = yes_no.parse(question, language) if cmp is None and ac.yes_no is not False else None
+        if cmp is None and pair is None:
             return None
-        (gen,) = await self._built("generator")
-        if not gen.supports_logits_processors:  # the options' answers would not be grounded spans
+        gen, policies = await self._built("generator", "policies")
+        if not gen.supports_logits_processors:  # the parts' answers would not be grounded spans
             return None
         mode = answer_mode(sampling.get("mode"), ac.mode)
-        return await compare.aanswer(gen, cmp, mode, lambda q: self._ask_short(q, filters, collection, k, sampling))
+
+        def ask(q: str) -> Any:
+            return self._ask_short(q, filters, collection, k, sampling)
+
+        if cmp is not None:
+            return await compare.aanswer(gen, cmp, mode, ask)
+        assert pair is not None
+        policy = await asyncio.to_thread(policies.for_question, question)
+        if policy.yes_no is None:
+            return None
+        calibration = {**policy.calibration, "by": "yes_no_thresholds"}
+
+        async def look(q: str) -> list[Passage]:
+            return await self._passages(q, filters, collection, k, policy.short_k)
+
+        return await yes_no.aanswer(gen, pair, mode, ask, look, policy.yes_no, calibration)
+
+    async def _passages(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
+                        keep: Any) -> list[Passage]:
+        """The passages a short answer to `question` would read (retrieved, best first, `keep(n)` of
+        them); none when even the best scores under `answer.refuse_below`."""
+        ac = self.cfg.answer
+        k = k or ac.context_k
+        res = await self.asearch(question, filters=filters, collection=collection, k=k)
+        if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+            return []
+        cands = res.candidates[:k]
+        return [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(cands[:keep(len(cands))])]
 
     async def _astream_one(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
                            request_id: str | None, passages: list[str] | None, history: Sequence[ChatTurn],

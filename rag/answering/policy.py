@@ -20,7 +20,14 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ..answer import Answer
-from ..calibration import CalibrationEntry, RefusalModel, SpanSelector, calibration_path, load_entry
+from ..calibration import (
+    CalibrationEntry,
+    RefusalModel,
+    SpanSelector,
+    YesNoThresholds,
+    calibration_path,
+    load_entry,
+)
 from ..citations import to_citation
 from ..config import AnswerConfig
 from ..prompt import DEFAULT_REFUSAL
@@ -36,6 +43,10 @@ from .signals import (
     SPAN_TOKENS,
     gave_span,
 )
+
+# the one-thing yes/no checks' thresholds as measured for qwen2.5-1.5b (the shipped entry's `yes_no`):
+# what `answer.yes_no: true` uses for a model whose entry holds none
+YES_NO_MEASURED = YesNoThresholds(yes=4.5, no=0.0, margin=2.0)
 
 if TYPE_CHECKING:
     from retrieval.types import Candidate as Retrieved
@@ -232,6 +243,20 @@ class ShortAnswerPolicy:
         inventions (docs/results.md, "Session 29")."""
         on = self.answer.two_hop if self.answer.two_hop is not None else self.entry.two_hop
         return bool(on) and self.language == "en"
+
+    @property
+    def yes_no(self) -> YesNoThresholds | None:
+        """The log-odds thresholds of the one-thing checks of "Are A and B both ...?" and "Which ...,
+        A or B?" (`rag/answering/yes_no.py`), or None when that path is off: as configured (`answer.yes_no`),
+        else where the calibration entry holds them; English only (the rule reads English). Why per
+        model: the thresholds are where the model's checks were measured to be right (the 1.5B on
+        hotpotqa_pooled dev, docs/results.md "Session 30"); another model's log-odds sit elsewhere."""
+        on = self.answer.yes_no
+        if on is False or self.language != "en":
+            return None
+        if self.entry.yes_no is not None:
+            return self.entry.yes_no
+        return YES_NO_MEASURED if on else None
 
     @property
     def chooses_at_first_token(self) -> bool:
