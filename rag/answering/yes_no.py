@@ -58,6 +58,13 @@ _EXAMPLES_WHICH = (
      "Does Harbour Rowing Club have a women's team?"),
     ("Who was also a singer, Anna Berg or Tom Lind?", "Anna Berg", "Was Anna Berg also a singer?"),
 )
+_EXAMPLES_SHARED = (
+    ("What occupation did Anna Berg and Tom Lind share?", "Anna Berg", "What was the occupation of Anna Berg?"),
+    ("Harbour Rowing Club and Ostby Sailing Club are both located in which country?", "Harbour Rowing Club",
+     "In which country is Harbour Rowing Club located?"),
+    ("What type of boat are both the Alder Swan and the Stone Swan?", "the Alder Swan",
+     "What type of boat is the Alder Swan?"),
+)
 _SYSTEM = "You rewrite a question about two things as a question about one of them."
 
 
@@ -68,12 +75,13 @@ class PairQuestion:
 
     question: str
     names: tuple[str, str]
-    kind: Literal["both", "same", "which"]
+    kind: Literal["both", "same", "which", "shared"]
 
     def writer_messages(self) -> list[dict[str, str]]:
         """The chat that asks the engine for the first name's one-thing question."""
         msgs = [{"role": "system", "content": _SYSTEM}]
-        examples = {"same": _EXAMPLES_SAME, "which": _EXAMPLES_WHICH}.get(self.kind, _EXAMPLES_BOTH)
+        examples = {"same": _EXAMPLES_SAME, "which": _EXAMPLES_WHICH, "shared": _EXAMPLES_SHARED}.get(
+            self.kind, _EXAMPLES_BOTH)
         for q, x, sub in examples:
             msgs += [{"role": "user", "content": _ask(q, x)}, {"role": "assistant", "content": sub}]
         return [*msgs, {"role": "user", "content": _ask(self.question, self.names[0])}]
@@ -108,7 +116,7 @@ def parse(question: str, language: str) -> PairQuestion | None:
         return _which(q)
     m = _HEAD.match(q[:-1].strip())
     if m is None:
-        return None
+        return _shared(q)
     left = _TOKEN.findall(m.group("left"))
     if not left or left[-1].endswith(","):  # "A from Italy, and B": the clause, not a name, ends there
         return None
@@ -126,6 +134,29 @@ def parse(question: str, language: str) -> PairQuestion | None:
     else:
         return None
     return PairQuestion(question, (a, b), kind)
+
+
+_SHARED = re.compile(r"\b(?:both|share|shared|in\s+common)\b", re.IGNORECASE)
+_ASKS = re.compile(r"\b(?:what|which|this)\b", re.IGNORECASE)
+
+
+def _shared(question: str) -> PairQuestion | None:
+    """"What occupation did A and B share?", "A and B are both what?", "What type of film are both
+    A and B?": a what/which question about two names joined by " and " that asks what they have in
+    common (both / share / shared / in common)."""
+    if not _SHARED.search(question) or not _ASKS.search(question) or re.search(r"\bnot\b|n't\b|\bwhich\s+one\b",
+                                                                                question, re.IGNORECASE):
+        return None  # "did A and B not share?" asks otherwise; "which one" is a choice
+    body = question.strip()[:-1]
+    for m in re.finditer(r"\s+and\s+", body):
+        left = _TOKEN.findall(body[: m.start()])
+        if not left or left[-1].endswith(","):
+            continue
+        a = re.sub(r"^both\s+(?=\S)", "", _name_back(left), flags=re.IGNORECASE)  # "Both A and B had ...?"
+        b, _ = _name_forward(_TOKEN.findall(body[m.end():]) + ["?"])  # "?": the run may end the question
+        if a and b and a.lower() != b.lower() and a.lower() not in ("both", "what", "which"):
+            return PairQuestion(question, (a, b), "shared")
+    return None
 
 
 def _which(question: str) -> PairQuestion | None:
@@ -209,6 +240,21 @@ def which_verdict(odds: list[float | None], margin: float, no_at: float) -> int 
         return 0
     if b - a >= margin and b > no_at:
         return 1
+    return None
+
+
+def shared_value(values: list[str]) -> str | None:
+    """What two short answers have in common, or None: the value both give (words compared without
+    case, articles and punctuation), or the shorter where it is a whole phrase of the longer
+    ("director" in "film director and producer")."""
+    a, b = (_norm(v) for v in values)
+    if not a or not b:
+        return None
+    if a == b:
+        return values[0].strip()
+    short, long_ = (0, b) if len(a) <= len(b) else (1, a)
+    if re.search(rf"\b{re.escape(_norm(values[short]))}\b", long_):
+        return values[short].strip()
     return None
 
 
@@ -296,8 +342,8 @@ async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
         out.reason = f"the written question is not one about {pair.names[0]!r} alone: {written.strip()[:120]!r}"
         return None, out
     out.sub_questions = subs
-    if pair.kind == "same":
-        answer = await _asame(pair, mode, ask, out)
+    if pair.kind in ("same", "shared"):
+        answer = await _avalues(pair, mode, ask, out)
     else:
         answer = await _achecked(gen, pair, mode, look, thresholds, calibration, out)
     if answer is not None:
@@ -358,7 +404,9 @@ async def _achecked(gen: Any, pair: PairQuestion, mode: str, look: Any, threshol
     return answer
 
 
-async def _asame(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any | None:
+async def _avalues(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any | None:
+    """A "same" or "shared" question from each name's grounded short answer: compared in code
+    (`same_verdict`) or the value they share (`shared_value`), citing both passages."""
     from ..citations import answer_span
     from . import parts
     from .compare import _cited, _without
@@ -378,8 +426,13 @@ async def _asame(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any |
         out.reason = "the cited passage does not name " + ", ".join(repr(n) for n in unnamed)
         return None
     values = [t for t in texts if t is not None]
-    # read without the names ("XR-200 ... 42 minutes": 42, not 200)
-    verdict = same_verdict([_without(v, pair.names) for v in values], [_cited(a).text for a in answers])
+    if pair.kind == "shared":
+        verdict = shared_value(values)
+        head = verdict or ""
+    else:
+        # read without the names ("XR-200 ... 42 minutes": 42, not 200)
+        verdict = same_verdict([_without(v, pair.names) for v in values], [_cited(a).text for a in answers])
+        head = (verdict or "").capitalize()
     if verdict is None:
         out.reason = f"the values do not decide: {values[0]!r} / {values[1]!r}"
         return None
@@ -387,9 +440,8 @@ async def _asame(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any |
     passages, citations, markers = parts.cite(answers)
     marks = "".join(f"[{m}]" for m in dict.fromkeys(markers))
     if mode == "short":
-        text = f"{verdict.capitalize()} {marks}"
+        text = f"{head} {marks}"
     else:
-        text = (f"{verdict.capitalize()}: {values[0]} for {pair.names[0]} [{markers[0]}], {values[1]} for "
+        text = (f"{head}: {values[0]} for {pair.names[0]} [{markers[0]}], {values[1]} for "
                 f"{pair.names[1]} [{markers[1]}].")
     return parts.combine(pair.question, text, mode, answers, (passages, citations), answers[0].refusal_calibration)
-

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rag.answering.yes_no import PairQuestion, both_verdict, parse, same_verdict, which_verdict
+from rag.answering.yes_no import PairQuestion, both_verdict, parse, same_verdict, shared_value, which_verdict
 
 
 @pytest.mark.parametrize(("question", "names", "kind"), [
@@ -29,6 +29,13 @@ from rag.answering.yes_no import PairQuestion, both_verdict, parse, same_verdict
      ("Laura Esquivel", "Howard Fast"), "which"),
     ("Which dog is considered a giant dog breed, the  Leonberger or the Basset Hound?",
      ("the Leonberger", "the Basset Hound"), "which"),
+    ("What occupation is shared by both Marge Piercy and Richard Aldington?",
+     ("Marge Piercy", "Richard Aldington"), "shared"),
+    ("What professions did S. Sylvan Simon and Danny Cannon have in common?",
+     ("S. Sylvan Simon", "Danny Cannon"), "shared"),
+    ("Both Ralph Bakshi and Béla Gaál had what roll in film making?", ("Ralph Bakshi", "Béla Gaál"), "shared"),
+    ("Henry Roth and Lewis Mumford are both this nationality?", ("Henry Roth", "Lewis Mumford"), "shared"),
+    ('What type of film are both "500 Years Later" and "Manson"?', ("500 Years Later", "Manson"), "shared"),
 ])
 def test_pair_questions_are_recognised_with_their_names(question, names, kind) -> None:
     """Bug caught: a name cut short or taken with the words around it ("the drinks Gibson", "George
@@ -44,13 +51,16 @@ def test_pair_questions_are_recognised_with_their_names(question, names, kind) -
     ("Were the bands Skin Yard and Ostava from the U.S.?", "en"),  # neither "both" nor "same"
     ("Are both Anna Berg and Tom Lind painters or sculptors?", "en"),  # asks for one of the options
     ("Is the Virgilia found in Africa? And is Koeleria found all over?", "en"),  # two questions
-    ("Which is older, Anna Berg and Tom Lind both?", "en"),  # no auxiliary verb first
+    ("Anna Berg and Tom Lind both painted?", "en"),  # no auxiliary verb first, nothing asked
     ("Are both Anna Berg and Tom Lind painters?", "zh"),
     # an "or" inside a clause, not two options set apart (SQuAD v2 dev, some unanswerable)
     ("What is an example of an NP-intermediate problem not known to exist in P or NP-complete?", "en"),
     ("Who can question statements the First Minister or members of the cabinet make?", "en"),
     ("Which band is older, Fireflight or Dirty Pretty Things?", "en"),  # a date: compare.py's
     ("Did Franki Valli sing with Hellogoodbye or The Four Seasons?", "en"),  # no which/who/what
+    ("What profession did Ronald Robinson and John Gallagher not share?", "en"),  # SQuAD v2, unanswerable
+    ("Temagami-Lorrain Mine and Burwash Mine were both mines; which one yielded gold in 1935?", "en"),
+    ("What did Anna Berg and Tom Lind paint?", "en"),  # nothing asked in common
 ])
 def test_other_questions_are_not_pair_questions(question: str, language: str) -> None:
     """Bug caught: an unanswerable SQuAD-style question ("... after they both developed ...")
@@ -89,6 +99,20 @@ def test_which_is_the_option_the_checks_clearly_prefer() -> None:
     assert which_verdict([-4.0, -1.0], 2.0, 0.0) is None  # both no
     assert which_verdict([5.0, None], 2.0, 0.0) is None
     assert which_verdict([0.7, 1.4], 2.0, 0.0) is None
+
+
+@pytest.mark.parametrize(("values", "shared"), [
+    (["poet", "Poet."], "poet"),
+    (["film director and producer", "director"], "director"),
+    (["American film director", "film director"], "film director"),
+    (["novelist", "journalist"], None),
+    (["rock", "punk rock"], "rock"),
+    (["rock", "rockabilly"], None),  # a word, not a prefix
+])
+def test_shared_is_the_value_both_answers_hold(values, shared) -> None:
+    """Bug caught: two different occupations given as shared, a common prefix taken for a common
+    word ("rock" in "rockabilly"), or a shared value missed because one answer says more."""
+    assert shared_value(values) == shared
 
 
 @pytest.mark.parametrize(("values", "contexts", "verdict"), [
@@ -188,6 +212,17 @@ def test_pipeline_answers_same_from_each_things_short_answer(pipeline, forced) -
     assert "42" in c["answers"][0] and "55" in c["answers"][1]
     assert a.text.startswith("No") and len(a.citations) == 2
     assert {("42 minutes" in p.text, "55 minutes" in p.text) for p in a.passages} == {(True, False), (False, True)}
+
+
+def test_shared_values_that_differ_are_not_given_as_shared(pipeline, forced) -> None:
+    """Bug caught: a "what do A and B have in common" question answered with one thing's value when
+    the two answers differ (SmolLM2 answers each with its own sentence), or the written question
+    not asked of each thing."""
+    a = pipeline.ask("What type of product are both the XR-200 and the XR-300?", mode="short")
+    c = a.comparison
+    assert c["kind"] == "shared" and c["used"] is False and c["reason"].startswith("the values do not decide"), c
+    assert [q.lower().count(n) for q, n in zip(c["sub_questions"], ("xr-200", "xr-300"), strict=True)] == [1, 1]
+    assert "42 minutes" in c["answers"][0] and "55 minutes" in c["answers"][1]
 
 
 def test_the_path_is_off_without_thresholds_and_when_turned_off(pipeline) -> None:
