@@ -150,8 +150,7 @@ def _point_f1(it, text: str, doc_id: str | None) -> float:
         return 0.0
     if it.answers:
         return token_f1(text, it.answers)
-    golds = set(it.gold_doc_ids) | ({it.gold_doc_id} if it.gold_doc_id else set())
-    return float(doc_id is not None and doc_id in golds)
+    return float(doc_id is not None and doc_id in it.gold_docs)
 
 
 def _answer_points(args: argparse.Namespace, cfg, sets: list[CalibrationSet], probe) -> list:

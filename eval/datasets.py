@@ -59,6 +59,13 @@ class QAItem:
     gold_doc_ids: list[str] = field(default_factory=list)
 
     @property
+    def gold_docs(self) -> list[str]:
+        """Every supporting document: `gold_doc_id` and, for a multi-hop question (hotpotqa_pooled),
+        the others in `gold_doc_ids`. Why one list: a comparison cites both options' passages, and
+        each is a right citation."""
+        return list(dict.fromkeys([*([self.gold_doc_id] if self.gold_doc_id else []), *self.gold_doc_ids]))
+
+    @property
     def filters(self) -> dict[str, str] | None:
         """The retrieval filter that keeps the question inside its group (None: the whole corpus)."""
         return {"group": self.group} if self.group else None

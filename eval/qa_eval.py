@@ -135,7 +135,7 @@ def score_item(item: QAItem, out: QAOutput, mode: Mode, refusal: RefusalConfig |
     else:
         s["answer_contained"] = float(contains_answer(pred, item.answers))  # long answers: F1 is diluted
         s["right"] = s["answer_contained"]  # a refusal's prediction is empty: never contains
-        cs = citation_scores(out.citations, item.answers, [item.gold_doc_id] if item.gold_doc_id else [])
+        cs = citation_scores(out.citations, item.answers, item.gold_docs)
         if cs is not None:
             s.update(cs)
     if sentences and not refused:

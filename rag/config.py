@@ -58,9 +58,10 @@ class AnswerConfig(BaseModel):
         "each a grounded short answer; the refusal stands when they do not answer. null: where the model's "
         "calibration entry says it was measured to help (the shipped qwen2.5-1.5b) (rag/answering/two_hop.py)"))
     yes_no: bool | None = Field(None, description=(
-        "English yes/no questions about two named things ('Are A and B both magazines?', 'Were A and B of the "
-        "same nationality?'): each one checked against its own passage, or each one's value answered and "
-        "compared in code; when they do not decide, the question is answered as asked. null: where the "
+        "English questions about two named things ('Are A and B both magazines?', 'Were A and B of the same "
+        "nationality?', 'Which band is from England, A or B?', 'What occupation did A and B share?'): each one "
+        "checked against its own passage, or each one's value answered and compared in code; when they do "
+        "not decide, the question is answered as asked. null: where the "
         "model's calibration entry holds the checks' yes/no thresholds (the shipped qwen2.5-1.5b); true "
         "elsewhere uses the qwen2.5-1.5b's (rag/answering/yes_no.py)"))
     long_grounding: Literal["strict", "check", "off"] = Field("strict", description=(

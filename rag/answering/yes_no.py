@@ -1,7 +1,8 @@
 """Questions about two named things answered one thing at a time: "Are A and B both magazines?"
 (each one checked on its own passage), "Were A and B of the same nationality?" (each one's value
-answered, compared in code) and "Which band is from England, A or B?" (each one checked; the one
-the checks single out).
+answered, compared in code), "Which band is from England, A or B?" (each one checked; the one the
+checks single out) and "What occupation did A and B share?" (each one's value answered; the value
+both hold).
 
 Why: asked the question whole, the packaged models answer "yes" to nearly every such question
 whatever the passages say (45-46 of the 46 in hotpotqa_pooled dev, session 20), and the grounded
@@ -12,9 +13,10 @@ is the same text with the other name. A "both" question is answered yes only whe
 yes confidently for both (its yes/no log-odds at or above the calibration entry's `yes`), no when
 it says no for one (at or below `no`), from a passage that names that thing as a whole name; a
 "which" question is answered by the option whose check leans to yes and is clearly above the other's
-(by the entry's `margin`).
-Anything between, a passage about something else, a refused or restated value, falls back to the
-ordinary answer of the question as asked. English only (the rule reads English). A "which"
+(by the entry's `margin`); a "shared" one by the value both short answers give (or the shorter
+where the longer holds it as a phrase). Anything between, a passage about something else, a
+refused or restated value, values that differ, falls back to the ordinary answer of the question
+as asked. English only (the rule reads English). A "which"
 question that orders the options by a date or a number is `compare.py`'s, tried first.
 """
 

@@ -337,3 +337,21 @@ def test_comparisons_are_counted_and_written(tmp_path):
     assert [r.get("two_hop", {}).get("used") for r in rows] == [None, None, False]
     none = evaluate_qa(items[2:], lambda q: answers[q], progress=False, warmup=False)
     assert none.comparisons == {} and "comparisons" not in none.to_dict()
+
+
+def test_every_supporting_document_is_a_right_citation():
+    """Catches a multi-hop question (hotpotqa_pooled: two supporting documents) scored against its
+    first document alone: an answer citing both options' passages must score citation precision
+    1.0, and recall counts both documents."""
+    item = QAItem(id="h1", question="Are A and B both magazines?", answers=["yes"], gold_doc_id="A_mag",
+                  gold_doc_ids=["A_mag", "B_mag"])
+    assert item.gold_docs == ["A_mag", "B_mag"]
+    both = score_item(item, QAOutput("Yes [1][2]", [Cited("A_mag", "A is a magazine."),
+                                                   Cited("B_mag", "B is a magazine.")]), "auto", None)
+    assert both["citation_precision"] == 1.0 and both["citation_recall"] == 1.0
+    one = score_item(item, QAOutput("No [1]", [Cited("B_mag", "B is a newspaper.")]), "auto", None)
+    assert one["citation_precision"] == 1.0 and one["citation_recall"] == 0.5
+    other = score_item(item, QAOutput("Yes [1]", [Cited("C_mag", "C is a magazine.")]), "auto", None)
+    assert other["citation_precision"] == 0.0
+    single = QAItem(id="s1", question="?", answers=["Velmora"], gold_doc_id="d1")
+    assert single.gold_docs == ["d1"]
