@@ -61,9 +61,11 @@ class AnswerConfig(BaseModel):
         "English questions about two named things ('Are A and B both magazines?', 'Were A and B of the same "
         "nationality?', 'Which band is from England, A or B?', 'What occupation did A and B share?'): each one "
         "checked against its own passage, or each one's value answered and compared in code; when they do "
-        "not decide, the question is answered as asked. null: where the "
-        "model's calibration entry holds the checks' yes/no thresholds (the shipped qwen2.5-1.5b); true "
-        "elsewhere uses the qwen2.5-1.5b's (rag/answering/yes_no.py)"))
+        "not decide, the question is answered as asked. null: the questions decided by yes/no checks ('both', "
+        "'which') where the model's calibration entry holds the checks' thresholds (the shipped "
+        "qwen2.5-1.5b), the others ('same', 'shared': two short answers compared in code) with every model; "
+        "true: checks everywhere, with the qwen2.5-1.5b's thresholds where the entry has none; false: off "
+        "(rag/answering/yes_no.py)"))
     long_grounding: Literal["strict", "check", "off"] = Field("strict", description=(
         "long mode (rag/answering/long.py): check every sentence against the passages it cites (its numbers "
         "and names must occur there, enough of its words, and the engine's answer check where calibrated) and "

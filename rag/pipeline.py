@@ -363,7 +363,7 @@ class Pipeline:
             return await compare.aanswer(gen, cmp, mode, ask)
         assert pair is not None
         policy = await asyncio.to_thread(policies.for_question, question)
-        if policy.yes_no is None:
+        if policy.yes_no is None and pair.checks:  # checks read against thresholds nobody measured
             return None
         calibration = {**policy.calibration, "by": "yes_no_thresholds"}
 

@@ -79,6 +79,12 @@ class PairQuestion:
     names: tuple[str, str]
     kind: Literal["both", "same", "which", "shared"]
 
+    @property
+    def checks(self) -> bool:
+        """Whether it is decided by yes/no checks (whose thresholds are measured per model); the
+        others compare two grounded short answers in code, like `compare.py`, with any model."""
+        return self.kind in ("both", "which")
+
     def writer_messages(self) -> list[dict[str, str]]:
         """The chat that asks the engine for the first name's one-thing question."""
         msgs = [{"role": "system", "content": _SYSTEM}]
@@ -330,11 +336,12 @@ async def awrite(generator: Any, pair: PairQuestion, max_tokens: int = 40) -> st
 
 
 async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
-                  thresholds: YesNoThresholds, calibration: dict[str, Any]) -> tuple[Any | None, Outcome]:
+                  thresholds: YesNoThresholds | None, calibration: dict[str, Any]) -> tuple[Any | None, Outcome]:
     """The pair question's answer, or None with the outcome saying why not. `gen` writes the first
     name's question and answers the yes/no checks; `ask(question)` awaits a grounded short answer
     (an `Answer`), `look(question)` the passages retrieved for it (best first), both with the
-    caller's filters and collection; `thresholds`: the entry's (`ShortAnswerPolicy.yes_no`); `calibration`:
+    caller's filters and collection; `thresholds`: the entry's (`ShortAnswerPolicy.yes_no`; None only
+    for a question without checks, `PairQuestion.checks`); `calibration`:
     what the answer's metadata says decided it."""
     t0 = time.perf_counter()
     out = Outcome(list(pair.names), pair.kind)
@@ -347,6 +354,7 @@ async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
     if pair.kind in ("same", "shared"):
         answer = await _avalues(pair, mode, ask, out)
     else:
+        assert thresholds is not None
         answer = await _achecked(gen, pair, mode, look, thresholds, calibration, out)
     if answer is not None:
         out.used = True

@@ -203,9 +203,10 @@ def test_pipeline_answers_which_from_each_options_check(pipeline, forced, mode: 
     assert [x.marker for x in a.citations] == [1, 2]
 
 
-def test_pipeline_answers_same_from_each_things_short_answer(pipeline, forced) -> None:
-    """Bug caught: two different values called the same, or the answer not citing the passages
-    that hold them."""
+def test_pipeline_answers_same_from_each_things_short_answer(pipeline) -> None:
+    """Bug caught: two different values called the same, the answer not citing the passages that
+    hold them, or a question without checks kept from a model whose entry holds no thresholds
+    (SmolLM2: `answer.yes_no` null)."""
     a = pipeline.ask("Do the XR-200 and the XR-300 fly for the same number of minutes?", mode="short")
     c = a.comparison
     assert c["used"] is True and c["kind"] == "same" and c["verdict"] == "no", c
@@ -214,7 +215,7 @@ def test_pipeline_answers_same_from_each_things_short_answer(pipeline, forced) -
     assert {("42 minutes" in p.text, "55 minutes" in p.text) for p in a.passages} == {(True, False), (False, True)}
 
 
-def test_shared_values_that_differ_are_not_given_as_shared(pipeline, forced) -> None:
+def test_shared_values_that_differ_are_not_given_as_shared(pipeline) -> None:
     """Bug caught: a "what do A and B have in common" question answered with one thing's value when
     the two answers differ (SmolLM2 answers each with its own sentence), or the written question
     not asked of each thing."""
@@ -227,7 +228,7 @@ def test_shared_values_that_differ_are_not_given_as_shared(pipeline, forced) -> 
 
 def test_the_path_is_off_without_thresholds_and_when_turned_off(pipeline) -> None:
     """Bug caught: a model whose entry holds no thresholds (SmolLM2) answering yes/no from checks
-    nobody measured, or `answer.yes_no: false` ignored."""
+    nobody measured, or `answer.yes_no: false` ignored (for the questions without checks too)."""
     a = pipeline.ask("Are Zarnovia and Quintara both republics?", mode="short")
     assert a.comparison == {}
     pipeline.cfg.answer.yes_no = False
