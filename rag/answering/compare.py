@@ -21,16 +21,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# a name's words when no comma sets the options apart ("who is younger Ulrich Walter or Luca Parmitano?")
-_NAME_WORD = re.compile(r"(?:[A-Z0-9][\w'’.\-]*|of|the|de|da|del|di|du|der|den|van|von|le|la|al|el|ul|bin|ibn|and|&)")
+from .named import WH, cited, names, options, without
+
 _EARLY = r"first|earlier|earliest|older|oldest|sooner"
 _LATE = r"later|latest|younger|youngest|more\s+recent(?:ly)?|most\s+recent(?:ly)?|newer|newest"
 _MORE = (r"more|most|larger|largest|bigger|biggest|higher|highest|taller|tallest|longer|longest|greater|"
          r"greatest|busier|busiest|heavier|heaviest|deeper|deepest|wider|widest")
 _LESS = r"fewer|fewest|less|least|smaller|smallest|shorter|shortest|lower|lowest|lighter|lightest"
-# "Which ...", "Who ...": a question asking for one of the options ("Was the first king A or B?" is not
-# a comparison of two dates)
-_WH = re.compile(r"^\W*(?:and\s+|so\s+)?(?:which|who|whose|what)\b", re.IGNORECASE)
 # checked in this order: "more recently" is a date, not a count
 _DIRECTIONS: tuple[tuple[str, str, Literal["date", "number"], Literal["min", "max"]], ...] = (
     ("early", _EARLY, "date", "min"), ("late", _LATE, "date", "max"),
@@ -85,7 +82,7 @@ def parse(question: str, language: str) -> Comparison | None:
     """The comparison `question` makes, or None: an English which/who/what question naming two
     options joined by one " or " ("..., A or B?") with a comparative word before them that orders
     dates or numbers."""
-    if language != "en" or not _WH.match(question):
+    if language != "en" or not WH.match(question):
         return None
     opts = options(question)
     if opts is None:
@@ -95,29 +92,6 @@ def parse(question: str, language: str) -> Comparison | None:
         if re.search(rf"\b(?:{pattern})\b", stem):
             return Comparison(question, opts, kind, best)
     return None
-
-
-def options(question: str) -> tuple[str, str] | None:
-    """The two options of "..., A or B?" / "...: A or B" / "... A or B?" (a capitalised name run
-    before " or " when no comma or colon sets A apart)."""
-    q = question.strip().rstrip("?").strip()
-    if q.count(" or ") != 1:
-        return None
-    left, right = q.split(" or ")
-    b = re.split(r"[,?:;]", right)[0].strip()
-    if re.search(r"[,:]", left):
-        a = re.split(r"[,:]", left)[-1].strip()
-    else:
-        words = left.split()
-        run: list[str] = []
-        for w in reversed(words):
-            if not _NAME_WORD.fullmatch(w) or (not run and w in ("of", "the", "de", "da", "del", "and")):
-                break
-            run.append(w)
-        a = " ".join(reversed(run))
-    if not a or not b or len(a) > 80 or len(b) > 80 or a.lower() == b.lower():
-        return None
-    return a, b
 
 
 # ---- values ---------------------------------------------------------------------------------------
@@ -311,12 +285,12 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
     if None in texts:
         out.reason = "refused: " + ", ".join(o for o, t in zip(cmp.options, texts, strict=True) if t is None)
         return None, out
-    unnamed = [o for o, a in zip(cmp.options, answers, strict=True) if not names(_cited(a), o)]
+    unnamed = [o for o, a in zip(cmp.options, answers, strict=True) if not names(cited(a), o)]
     if unnamed:  # a value read from a passage about something else (a neighbour's date)
         out.reason = "the cited passage does not name " + ", ".join(repr(o) for o in unnamed)
         return None, out
     # the value is not in the options' names ("XR-200 ... 42 minutes": 42, not 200)
-    values = [parse_value(_without(t, cmp.options), cmp.kind, _cited(a).text)
+    values = [parse_value(without(t, cmp.options), cmp.kind, cited(a).text)
               for t, a in zip(texts, answers, strict=True) if t is not None]
     won = winner(cmp, values)
     if won is None:
@@ -335,39 +309,3 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
     answer = parts.combine(cmp.question, text, mode, answers, (passages, citations), answers[0].refusal_calibration)
     answer.timings_ms["compare"] = (time.perf_counter() - t0) * 1000  # the two answers ran together
     return answer, out
-
-
-_NOT_NAMES = frozenset((
-    "the", "a", "an", "in", "on", "at", "by", "for", "from", "with", "of", "and", "or", "but", "when", "after",
-    "before", "during", "since", "while", "as", "to", "both", "unlike", "like", "than", "then", "later",
-    "today", "its", "his", "her", "their", "this", "that", "these", "those"))
-
-
-def names(passage: Any, option: str) -> bool:
-    """Whether `passage` (its title or text) names `option` (case and a leading article aside) as
-    a whole name: not inside a longer one ("Kenton Terry Richardson" does not name "Terry Richardson",
-    whose birth year it would otherwise lend)."""
-    name = re.sub(r"^(?:the|a|an)\s+", "", " ".join(option.split()), flags=re.IGNORECASE)
-    # not after a capitalised word of the same name run ("In", "The", ... start sentences, not names)
-    pattern = re.compile(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", re.IGNORECASE)
-    for text in (passage.title or "", passage.text):
-        flat = " ".join(text.split())
-        for m in pattern.finditer(flat):
-            before = flat[: m.start()].rstrip()
-            prev = before.split(" ")[-1] if before else ""
-            extended = prev[:1].isupper() and not re.search(r"[.!?:;\"(,]$", prev) \
-                and prev.lower() not in _NOT_NAMES
-            if not extended:
-                return True
-    return False
-
-
-def _without(text: str, names_: tuple[str, str]) -> str:
-    for name in names_:
-        text = re.sub(re.escape(name), " ", text, flags=re.IGNORECASE)
-    return text
-
-
-def _cited(answer: Any) -> Any:
-    """The passage a short answer cites."""
-    return next(p for p in answer.passages if p.chunk_id == answer.citations[0].chunk_id)

@@ -143,7 +143,7 @@ async def aanswer(gen: Any, question: str, mode: str, ask: Any) -> tuple[Any | N
     """The two-step answer to `question`, or None with the outcome saying why not. `gen` writes the
     split; `ask(question)` awaits one grounded short answer (an `Answer`) with the caller's filters
     and collection."""
-    from .compare import options
+    from .named import options
 
     t0 = time.perf_counter()
     out = Outcome()

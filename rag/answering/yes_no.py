@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .compare import _NAME_WORD, _WH, names, options, parse_date, parse_number
+from .compare import parse_date, parse_number
+from .named import NAME_WORD, WH, cited, names, options, without
 
 if TYPE_CHECKING:
     from ..calibration import YesNoThresholds
@@ -170,7 +171,7 @@ def _shared(question: str) -> PairQuestion | None:
 def _which(question: str) -> PairQuestion | None:
     from .compare import parse as comparison
 
-    if not _WH.match(question) or comparison(question, "en") is not None:
+    if not WH.match(question) or comparison(question, "en") is not None:
         return None
     opts = options(question)
     if opts is None:
@@ -189,7 +190,7 @@ def _bare(token: str) -> str:
 
 
 def _is_name_token(token: str) -> bool:
-    return token[:1] in "\"“" or bool(_NAME_WORD.fullmatch(_bare(token)))
+    return token[:1] in "\"“" or bool(NAME_WORD.fullmatch(_bare(token)))
 
 
 def _name_back(tokens: list[str]) -> str:
@@ -419,7 +420,6 @@ async def _avalues(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any
     (`same_verdict`) or the value they share (`shared_value`), citing both passages."""
     from ..citations import answer_span
     from . import parts
-    from .compare import _cited, _without
 
     answers = list(await asyncio.gather(*(ask(q) for q in out.sub_questions)))
     texts = [answer_span(a) for a in answers]
@@ -431,7 +431,7 @@ async def _avalues(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any
     if restated:  # "What is the nationality of A?" answered "A"
         out.reason = "the answer restates " + ", ".join(repr(n) for n in restated)
         return None
-    unnamed = [n for n, a in zip(pair.names, answers, strict=True) if not names(_cited(a), n)]
+    unnamed = [n for n, a in zip(pair.names, answers, strict=True) if not names(cited(a), n)]
     if unnamed:
         out.reason = "the cited passage does not name " + ", ".join(repr(n) for n in unnamed)
         return None
@@ -441,7 +441,7 @@ async def _avalues(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any
         head = verdict or ""
     else:
         # read without the names ("XR-200 ... 42 minutes": 42, not 200)
-        verdict = same_verdict([_without(v, pair.names) for v in values], [_cited(a).text for a in answers])
+        verdict = same_verdict([without(v, pair.names) for v in values], [cited(a).text for a in answers])
         head = (verdict or "").capitalize()
     if verdict is None:
         out.reason = f"the values do not decide: {values[0]!r} / {values[1]!r}"

@@ -135,7 +135,7 @@ def test_a_value_passage_must_name_its_option_as_a_whole_name(text, title, optio
     """Bug caught: an option's date read from a passage about someone whose longer name contains
     it (the footballer Kenton Terry Richardson's birth year for the photographer Terry Richardson)."""
     from rag.answer import Passage
-    from rag.answering.compare import names
+    from rag.answering.named import names
 
     assert names(Passage(1, "c", "d", text, 0.0, title=title), option) is named
 
