@@ -211,14 +211,20 @@ def evaluate_qa(
 def path_counts(outputs: Iterable[QAOutput], path: str) -> dict[str, int]:
     """How many questions tried an answer path that works in parts (`comparison`: two named options
     compared, `rag/answering/compare.py`; `two_hop`: a refusal split in two steps,
-    `rag/answering/two_hop.py`) and how many of them it answered (`used`); empty when none tried."""
-    asked = used = 0
+    `rag/answering/two_hop.py`) and how many of them it answered (`used`); empty when none tried.
+    Records that say their `kind` (a comparison of dates or numbers, a "both", "which", "same" or
+    "shared" question, `rag/answering/yes_no.py`) are also counted per kind: `{kind}_asked`,
+    `{kind}_used`."""
+    counts: Counter[str] = Counter()
     for o in outputs:
         record = getattr(o, path)
         if record:
-            asked += 1
-            used += bool(record.get("used"))
-    return {"asked": asked, "used": used} if asked else {}
+            kinds = ["", f"{record['kind']}_"] if record.get("kind") else [""]
+            for k in kinds:
+                counts[f"{k}asked"] += 1
+                counts[f"{k}used"] += bool(record.get("used"))
+    return {"asked": counts["asked"], "used": counts["used"], **{k: v for k, v in sorted(counts.items())
+                                                                if k not in ("asked", "used")}} if counts else {}
 
 
 def grounding_counts(outputs: Iterable[QAOutput]) -> dict[str, int]:

@@ -222,7 +222,7 @@ def format_table(results: EvalResult | Sequence[EvalResult], columns: Sequence[s
     lines += [f"long_grounding {r.name or r.dataset or '-'}: " + ", ".join(f"{k} {v}" for k, v in r.long_grounding.items())
               for r in rows if r.long_grounding]
     lines += [f"comparisons {r.name or r.dataset or '-'}: asked {r.comparisons['asked']}, decided "
-              f"{r.comparisons['used']}" for r in rows if r.comparisons]
+              f"{r.comparisons['used']}" + _by_kind(r.comparisons) for r in rows if r.comparisons]
     lines += [f"two_hop {r.name or r.dataset or '-'}: tried {r.two_hop['asked']}, answered {r.two_hop['used']}"
               for r in rows if r.two_hop]
     # passage KV cache / KV shifting runs: what the engine reused
@@ -241,3 +241,11 @@ def _default_columns(metrics: Mapping[str, float]) -> list[str]:
     if not cols and "f1" in metrics:
         cols = [c for c in qa if c in metrics]
     return cols or list(metrics)[:6]
+
+
+def _by_kind(counts: dict[str, int]) -> str:
+    """" (both 8/10, which 7/8)": decided / asked per kind, when the counts say their kinds."""
+    kinds = [k.removesuffix("_asked") for k in counts if k.endswith("_asked")]
+    if not kinds:
+        return ""
+    return " (" + ", ".join(f"{k} {counts.get(k + '_used', 0)}/{counts[k + '_asked']}" for k in kinds) + ")"

@@ -355,3 +355,23 @@ def test_every_supporting_document_is_a_right_citation():
     assert other["citation_precision"] == 0.0
     single = QAItem(id="s1", question="?", answers=["Velmora"], gold_doc_id="d1")
     assert single.gold_docs == ["d1"]
+
+
+def test_questions_about_two_things_are_counted_per_kind():
+    """Catches the report hiding which path answered: the comparisons' counts must also be split by
+    the kind each record names (a "both" question decided, a number comparison not) and printed
+    under the table, with the `asked`/`used` totals unchanged."""
+    from eval.retrieval_eval import format_table
+
+    both = Answer(question="Are A and B both magazines?", text="Yes [1][2]",
+                  comparison={"options": ["A", "B"], "kind": "both", "used": True, "verdict": "yes"})
+    which = Answer(question="Which is a magazine, A or B?", text="I don't know.", refused=True,
+                   comparison={"options": ["A", "B"], "kind": "which", "used": False, "reason": "unsure"})
+    number = Answer(question="Which is longer, A or B?", text="I don't know.", refused=True,
+                    comparison={"options": ["A", "B"], "kind": "number", "best": "max", "used": False})
+    answers = {a.question: a for a in (both, which, number)}
+    items = [QAItem(id=str(i), question=q, answers=["x"]) for i, q in enumerate(answers)]
+    res = evaluate_qa(items, lambda q: answers[q], progress=False, warmup=False)
+    assert res.comparisons == {"asked": 3, "used": 1, "both_asked": 1, "both_used": 1, "number_asked": 1,
+                               "number_used": 0, "which_asked": 1, "which_used": 0}
+    assert "asked 3, decided 1 (both 1/1, number 0/1, which 0/1)" in format_table(res)
