@@ -203,6 +203,8 @@ async def _rag_chat(st, pipe, req: ChatRequest, model: str, cid: str):
         return {"citations": [c.__dict__ for c in a.citations], "passages": [p.__dict__ for p in a.passages],
                 "closest_passages": [p.__dict__ for p in a.closest_passages], "refused": a.refused,
                 "timings_ms": a.timings_ms, "tokens": a.tokens, "mode": a.mode,
+                # an answer made of other answers: each part's question and answer (`rag/answering/`)
+                "comparison": a.comparison, "two_hop": a.two_hop,
                 "generator_model": pipe.cfg.generator.engine.model, **chat}
 
     if not req.stream:

@@ -167,6 +167,19 @@ def test_openai_client_chat_and_completions(server):
     assert rag.model_extra["rag"]["citations"]
 
 
+def test_chat_answer_says_the_parts_it_was_made_of(server):
+    """Bug caught: the chat API (what the page reads) dropping a comparison's parts, so a client
+    shows "the XR-300 [1][2]" with no sign of the two values behind it."""
+    base, _ = server
+    r = httpx.post(base + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": "Which drone has a longer flight time, the XR-200 or the XR-300?"}],
+        "rag": {"mode": "short"}})
+    rag = r.json()["rag"]
+    assert rag["comparison"]["used"] is True, rag["comparison"]
+    assert "42 minutes" in rag["comparison"]["answers"][0] and len(rag["comparison"]["sub_questions"]) == 2
+    assert rag["two_hop"] == {}
+
+
 def test_json_schema_response_format(server):
     base, _ = server
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}}

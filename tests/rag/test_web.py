@@ -198,6 +198,15 @@ def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_
     else:
         assert any("(cited)" in s for s in sources)
 
+    # an answer made of other answers shows the questions it went through (a new conversation: the
+    # comparison path answers a first question, not a follow-up)
+    browser.get(base + "/")
+    _click(browser, "#mode-short")
+    answer = _ask(browser, "Which drone has a longer flight time, the XR-200 or the XR-300?")
+    assert answer.lower().startswith("the xr-300"), answer
+    parts = _js(browser, "return [...document.querySelectorAll('#log .parts li')].map(li => li.textContent)")
+    assert len(parts) == 2 and "XR-200" in parts[0] and "42 minutes" in parts[0] and "55 minutes" in parts[1], parts
+
 
 def test_chat_page_sends_api_key_and_collection(server, browser, monkeypatch):
     # was: only `default`, no way to send a key, the raw 401 JSON shown as the answer
