@@ -132,7 +132,7 @@ def parse(question: str, language: str) -> PairQuestion | None:
     a = _name_back(left)
     right = _TOKEN.findall(m.group("right"))
     b, used = _name_forward(right)
-    if not a or not b or a.lower() == b.lower():
+    if not _two_names(a, b):
         return None
     tail = [w.lower() for w in right[used:]]
     kind: Literal["both", "same"]
@@ -163,7 +163,7 @@ def _shared(question: str) -> PairQuestion | None:
             continue
         a = re.sub(r"^both\s+(?=\S)", "", _name_back(left), flags=re.IGNORECASE)  # "Both A and B had ...?"
         b, _ = _name_forward(_TOKEN.findall(body[m.end():]) + ["?"])  # "?": the run may end the question
-        if a and b and a.lower() != b.lower() and a.lower() not in ("both", "what", "which"):
+        if _two_names(a, b) and a.lower() not in ("both", "what", "which"):
             return PairQuestion(question, (a, b), "shared")
     return None
 
@@ -180,9 +180,14 @@ def _which(question: str) -> PairQuestion | None:
     if not re.search(r"[,:]\s*" + re.escape(opts[0]) + r"\s+or\s", question):
         return None
     a, b = (" ".join(_bare(o).split()) for o in opts)
-    if not a or not b:
+    if not _two_names(a, b):
         return None
     return PairQuestion(question, (a, b), "which")
+
+
+def _two_names(a: str, b: str) -> bool:
+    """Two different names of a name's length (at most 80 characters each, as `named.options`)."""
+    return bool(a) and bool(b) and a.lower() != b.lower() and len(a) <= 80 and len(b) <= 80
 
 
 def _bare(token: str) -> str:

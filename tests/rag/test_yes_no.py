@@ -61,6 +61,7 @@ def test_pair_questions_are_recognised_with_their_names(question, names, kind) -
     ("What profession did Ronald Robinson and John Gallagher not share?", "en"),  # SQuAD v2, unanswerable
     ("Temagami-Lorrain Mine and Burwash Mine were both mines; which one yielded gold in 1935?", "en"),
     ("What did Anna Berg and Tom Lind paint?", "en"),  # nothing asked in common
+    ("What did " + "Aa " * 40 + "and Bb share?", "en"),  # no name is 120 characters long
 ])
 def test_other_questions_are_not_pair_questions(question: str, language: str) -> None:
     """Bug caught: an unanswerable SQuAD-style question ("... after they both developed ...")
