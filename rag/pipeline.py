@@ -263,7 +263,7 @@ class Pipeline:
         frees its KV blocks); blocking work in worker threads; deltas, then the final `Answer`."""
         self._check_question(question)  # before any path reads it (a comparison asks other questions)
         outcome = None
-        if passages is None and not history:
+        if passages is None:  # a follow-up too: a question naming both things needs no condensing
             compared = await self._acompare(question, filters, collection, k, sampling)
             if compared is not None:
                 answer, outcome = compared

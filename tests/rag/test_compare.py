@@ -161,6 +161,19 @@ def test_pipeline_answers_a_comparison_from_each_options_answer(pipeline, mode: 
         assert "42" in a.text and "55" in a.text and "[1]" in a.text and "[2]" in a.text
 
 
+def test_a_follow_up_naming_both_options_is_compared_too(pipeline) -> None:
+    """Bug caught: a comparison asked as the second turn of a conversation (the page sends every
+    question with the conversation) answered by the single decode instead of from each option's
+    answer; it names both options, so it needs no condensing."""
+    from rag.chat import ChatTurn
+
+    history = [ChatTurn("What is the capital city of Zarnovia?", "Velmora [1].")]
+    a = pipeline.ask("Which drone has a longer flight time, the XR-200 or the XR-300?", mode="short",
+                     history=history)
+    assert a.comparison["used"] is True and a.comparison["chosen"] == 1, a.comparison
+    assert a.text.lower().startswith("the xr-300")
+
+
 def test_an_option_the_corpus_does_not_describe_is_answered_as_asked(pipeline) -> None:
     """Bug caught: a value read from a neighbour's passage (the XR-300's flight time for the
     XR-900) compared as if it were the option's: the comparison must not decide."""

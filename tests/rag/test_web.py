@@ -198,9 +198,8 @@ def test_chat_page_streams_answer_with_clickable_citations(server, browser, tmp_
     else:
         assert any("(cited)" in s for s in sources)
 
-    # an answer made of other answers shows the questions it went through (a new conversation: the
-    # comparison path answers a first question, not a follow-up)
-    browser.get(base + "/")
+    # an answer made of other answers shows the questions it went through (asked as a follow-up: the
+    # page sends the conversation, and a question naming both options takes the path all the same)
     _click(browser, "#mode-short")
     answer = _ask(browser, "Which drone has a longer flight time, the XR-200 or the XR-300?")
     assert answer.lower().startswith("the xr-300"), answer
