@@ -222,16 +222,25 @@ class Pipeline:
             condensed = await condenser.acondense(history, question)
         query = condensed.query if condensed else question
         k = k or (ac.follow_up_k if history and ac.follow_up_k else ac.context_k)
-        res = await self.asearch(query, filters=filters, collection=collection, k=k)
+        res, passages, weak = await self._retrieved(query, filters, collection, k)
         answer = Answer(question=question, text="", timings_ms=dict(res.timings_ms),
                         queries=getattr(res, "queries", [query]))
         if condensed:
             answer.chat, answer.timings_ms["condense"] = condensed.metadata(), condensed.ms
-        passages = [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(res.candidates[:k])]
-        if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
+        if weak:
             answer.closest_passages = passages  # shown with the refusal, never given to the model
             passages = []  # too weak to answer from: refused below, as with no passages at all
         return await arequest_for(self, answer, passages, t0, sampling, mode, history)
+
+    async def _retrieved(self, query: str, filters: FilterSpec, collection: str | None,
+                         k: int) -> tuple[SearchResult, list[Passage], bool]:
+        """The search for `query`, its top `k` as numbered passages, and whether even the best scores
+        under `answer.refuse_below` (too weak to answer from): what an answer and a one-thing check
+        (`_passages`) both read."""
+        ac = self.cfg.answer
+        res = await self.asearch(query, filters=filters, collection=collection, k=k)
+        passages = [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(res.candidates[:k])]
+        return res, passages, below_threshold(res.candidates, ac.refuse_below, ac.refusal_score)
 
     def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
         """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
@@ -376,13 +385,8 @@ class Pipeline:
                         keep: Any) -> list[Passage]:
         """The passages a short answer to `question` would read (retrieved, best first, `keep(n)` of
         them); none when even the best scores under `answer.refuse_below`."""
-        ac = self.cfg.answer
-        k = k or ac.context_k
-        res = await self.asearch(question, filters=filters, collection=collection, k=k)
-        if below_threshold(res.candidates, ac.refuse_below, ac.refusal_score):
-            return []
-        cands = res.candidates[:k]
-        return [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(cands[:keep(len(cands))])]
+        _, passages, weak = await self._retrieved(question, filters, collection, k or self.cfg.answer.context_k)
+        return [] if weak else passages[:keep(len(passages))]
 
     async def _astream_one(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
                            request_id: str | None, passages: list[str] | None, history: Sequence[ChatTurn],

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .named import WH, cited, names, options, without
+from .named import WH, awrite_line, cited, names, options, without
 
 _EARLY = r"first|earlier|earliest|older|oldest|sooner"
 _LATE = r"later|latest|younger|youngest|more\s+recent(?:ly)?|most\s+recent(?:ly)?|newer|newest"
@@ -254,16 +254,6 @@ class Outcome:
                 "answers": self.answers, "chosen": self.chosen, "used": self.used, "reason": self.reason}
 
 
-async def awrite(generator: Any, cmp: Comparison, max_tokens: int = 40) -> str:
-    """The engine's one-entity question for the first option (greedy, one line)."""
-    from inference.sampling_params import SamplingParams
-
-    prompt = generator.tokenizer.apply_chat_template(cmp.writer_messages(), tokenize=False,
-                                                     add_generation_prompt=True)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=["\n"])
-    return (await generator.agenerate_many([prompt], [params]))[0].text
-
-
 async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any | None, Outcome]:
     """The comparison's answer, or None with the outcome saying why not. `gen`: the generator that
     writes the first option's question; `ask(question)` awaits one option's grounded short answer
@@ -273,7 +263,7 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
 
     t0 = time.perf_counter()
     out = Outcome(list(cmp.options), cmp.kind, cmp.best)
-    written = await awrite(gen, cmp)
+    written = await awrite_line(gen, cmp.writer_messages())
     subs = cmp.sub_questions(written)
     if subs is None:
         out.reason = f"the written question does not name {cmp.options[0]!r}: {written.strip()[:120]!r}"

@@ -76,3 +76,13 @@ def without(text: str, names_: tuple[str, str]) -> str:
 def cited(answer: Any) -> Any:
     """The passage a short answer cites."""
     return next(p for p in answer.passages if p.chunk_id == answer.citations[0].chunk_id)
+
+
+async def awrite_line(generator: Any, messages: list[dict[str, str]], max_tokens: int = 40) -> str:
+    """The engine's one-line reply to a writing chat (greedy): the one-thing question of a
+    comparison or of a question about two things."""
+    from inference.sampling_params import SamplingParams
+
+    prompt = generator.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=["\n"])
+    return (await generator.agenerate_many([prompt], [params]))[0].text

@@ -21,12 +21,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..answer import Answer
 from ..calibration import (
+    SHIPPED,
     CalibrationEntry,
     RefusalModel,
     SpanSelector,
     YesNoThresholds,
     calibration_path,
     load_entry,
+    load_thresholds,
 )
 from ..citations import to_citation
 from ..config import AnswerConfig
@@ -44,9 +46,13 @@ from .signals import (
     gave_span,
 )
 
-# the one-thing yes/no checks' thresholds as measured for qwen2.5-1.5b (the shipped entry's `yes_no`):
-# what `answer.yes_no: true` uses for a model whose entry holds none
-YES_NO_MEASURED = YesNoThresholds(yes=4.5, no=0.0, margin=2.0)
+
+def measured_yes_no() -> YesNoThresholds | None:
+    """The one-thing yes/no checks' thresholds as measured for qwen2.5-1.5b (its shipped entry's
+    `yes_no`, read from there, not copied): what `answer.yes_no: true` uses for a model whose entry
+    holds none."""
+    return CalibrationEntry.from_dict(load_thresholds(SHIPPED, "qwen2.5-1.5b", language="en")).yes_no
+
 
 if TYPE_CHECKING:
     from retrieval.types import Candidate as Retrieved
@@ -256,7 +262,7 @@ class ShortAnswerPolicy:
             return None
         if self.entry.yes_no is not None:
             return self.entry.yes_no
-        return YES_NO_MEASURED if on else None
+        return measured_yes_no() if on else None
 
     @property
     def chooses_at_first_token(self) -> bool:

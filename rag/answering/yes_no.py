@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .compare import parse_date, parse_number
-from .named import NAME_WORD, WH, cited, names, options, without
+from .named import NAME_WORD, WH, awrite_line, cited, names, options, without
 
 if TYPE_CHECKING:
     from ..calibration import YesNoThresholds
@@ -73,8 +73,8 @@ _SYSTEM = "You rewrite a question about two things as a question about one of th
 
 @dataclass(frozen=True)
 class PairQuestion:
-    """A yes/no question about two named things: `both` asks whether each has a property, `same`
-    whether they share a value."""
+    """A question about two named things: `both` asks whether each has a property, `same` whether
+    they have the same value, `which` which of the two has a property, `shared` the value both have."""
 
     question: str
     names: tuple[str, str]
@@ -116,7 +116,8 @@ def parse(question: str, language: str) -> PairQuestion | None:
     A or B?", "Which musician, A or B, is ...?"; one that orders them by a date or a number is
     `compare.parse`'s), or one starting with an auxiliary verb, two names joined by " and ", and
     either "both" right before the first or right after the second, or "same" after the second
-    ("Are both A and B ...?", "Were A and B both ...?", "Do A and B have the same ...?"). One
+    ("Are both A and B ...?", "Were A and B both ...?", "Do A and B have the same ...?"), or else a
+    what/which question about two names that asks what they have in common (`_shared`). One
     question."""
     q = question.strip()
     if language != "en" or not q.endswith("?") or "?" in q[:-1]:
@@ -169,6 +170,8 @@ def _shared(question: str) -> PairQuestion | None:
 
 
 def _which(question: str) -> PairQuestion | None:
+    """"Which band is from England, A or B?": a which/who/what question choosing between two
+    options set apart by a comma or colon, not ordering them by a date or a number (`compare.py`)."""
     from .compare import parse as comparison
 
     if not WH.match(question) or comparison(question, "en") is not None:
@@ -331,16 +334,6 @@ class Outcome:
                 "reason": self.reason}
 
 
-async def awrite(generator: Any, pair: PairQuestion, max_tokens: int = 40) -> str:
-    """The engine's one-thing question for the first name (greedy, one line)."""
-    from inference.sampling_params import SamplingParams
-
-    prompt = generator.tokenizer.apply_chat_template(pair.writer_messages(), tokenize=False,
-                                                     add_generation_prompt=True)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=["\n"])
-    return (await generator.agenerate_many([prompt], [params]))[0].text
-
-
 async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
                   thresholds: YesNoThresholds | None, calibration: dict[str, Any]) -> tuple[Any | None, Outcome]:
     """The pair question's answer, or None with the outcome saying why not. `gen` writes the first
@@ -351,7 +344,7 @@ async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
     what the answer's metadata says decided it."""
     t0 = time.perf_counter()
     out = Outcome(list(pair.names), pair.kind)
-    written = await awrite(gen, pair)
+    written = await awrite_line(gen, pair.writer_messages())
     subs = pair.sub_questions(written)
     if subs is None:
         out.reason = f"the written question is not one about {pair.names[0]!r} alone: {written.strip()[:120]!r}"

@@ -148,7 +148,7 @@ def forced(pipeline, monkeypatch):
     pipeline._policies = None  # a policy copies the config when it is built: rebuilt with this one
 
     def use(yes_at: float, no_at: float, margin: float = 2.0) -> None:
-        monkeypatch.setattr(policy, "YES_NO_MEASURED", YesNoThresholds(yes_at, no_at, margin))
+        monkeypatch.setattr(policy, "measured_yes_no", lambda: YesNoThresholds(yes_at, no_at, margin))
 
     yield use
     pipeline.cfg.answer.yes_no = None
