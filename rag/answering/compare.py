@@ -15,13 +15,12 @@ English only: the rule reads English comparatives.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .named import WH, awrite_line, cited, names, options, without
+from .named import WH, asub_questions, cited, options, without
 
 _EARLY = r"first|earlier|earliest|older|oldest|sooner"
 _LATE = r"later|latest|younger|youngest|more\s+recent(?:ly)?|most\s+recent(?:ly)?|newer|newest"
@@ -258,26 +257,19 @@ async def aanswer(gen: Any, cmp: Comparison, mode: str, ask: Any) -> tuple[Any |
     """The comparison's answer, or None with the outcome saying why not. `gen`: the generator that
     writes the first option's question; `ask(question)` awaits one option's grounded short answer
     (an `Answer`) with the caller's filters and collection."""
-    from ..citations import answer_span
     from . import parts
 
     t0 = time.perf_counter()
     out = Outcome(list(cmp.options), cmp.kind, cmp.best)
-    written = await awrite_line(gen, cmp.writer_messages())
-    subs = cmp.sub_questions(written)
+    subs, written = await asub_questions(gen, cmp)
     if subs is None:
         out.reason = f"the written question does not name {cmp.options[0]!r}: {written.strip()[:120]!r}"
         return None, out
     out.sub_questions = subs
-    answers = list(await asyncio.gather(*(ask(q) for q in subs)))
-    texts = [answer_span(a) for a in answers]
+    answers, texts, fault = await parts.aeach(subs, cmp.options, ask)
     out.answers = texts
-    if None in texts:
-        out.reason = "refused: " + ", ".join(o for o, t in zip(cmp.options, texts, strict=True) if t is None)
-        return None, out
-    unnamed = [o for o, a in zip(cmp.options, answers, strict=True) if not names(cited(a), o)]
-    if unnamed:  # a value read from a passage about something else (a neighbour's date)
-        out.reason = "the cited passage does not name " + ", ".join(repr(o) for o in unnamed)
+    if fault:
+        out.reason = fault
         return None, out
     # the value is not in the options' names ("XR-200 ... 42 minutes": 42, not 200)
     values = [parse_value(without(t, cmp.options), cmp.kind, cited(a).text)

@@ -78,11 +78,14 @@ def cited(answer: Any) -> Any:
     return next(p for p in answer.passages if p.chunk_id == answer.citations[0].chunk_id)
 
 
-async def awrite_line(generator: Any, messages: list[dict[str, str]], max_tokens: int = 40) -> str:
-    """The engine's one-line reply to a writing chat (greedy): the one-thing question of a
-    comparison or of a question about two things."""
+async def asub_questions(generator: Any, question: Any, max_tokens: int = 40) -> tuple[list[str] | None, str]:
+    """Each thing's question of a comparison or of a question about two things (`question`: a
+    `compare.Comparison` or `yes_no.PairQuestion`), from the engine's one-line question about the
+    first (greedy), and that line; None when it is not one (`question.sub_questions`)."""
     from inference.sampling_params import SamplingParams
 
-    prompt = generator.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = generator.tokenizer.apply_chat_template(question.writer_messages(), tokenize=False,
+                                                     add_generation_prompt=True)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=["\n"])
-    return (await generator.agenerate_many([prompt], [params]))[0].text
+    written = (await generator.agenerate_many([prompt], [params]))[0].text
+    return question.sub_questions(written), written

@@ -1,14 +1,17 @@
-"""One answer made of other answers (`compare.py`: two options' values; `two_hop.py`: two steps):
-each part's cited passage renumbered into the new answer, and the parts' costs added up.
+"""One answer made of other answers (`compare.py`: two options' values; `yes_no.py`: two things'
+values; `two_hop.py`: two steps): each thing's answer and what keeps it from use, each part's cited
+passage renumbered into the new answer, and the parts' costs added up.
 
-Why one place: both paths cite what their parts cited, one marker per passage however many parts
-read it, and report the parts' tokens and queries; a second copy would drift in how it numbers.
+Why one place: the paths cite what their parts cited, one marker per passage however many parts
+read it, report the parts' tokens and queries, and refuse the same parts (refused, or read from a
+passage about something else); a second copy would drift.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 
@@ -44,3 +47,21 @@ def combine(question: str, text: str, mode: str, parts: Sequence[Any], cited: tu
             answer.tokens[k] = answer.tokens.get(k, 0) + v
     answer.refusal_calibration = dict(calibration)
     return answer
+
+
+async def aeach(questions: Sequence[str], things: Sequence[str],
+                ask: Callable[[str], Awaitable[Any]]) -> tuple[list[Any], list[str | None], str]:
+    """Each thing's grounded short answer to its question (`ask`, run together), each one's span
+    (None: refused) and why they cannot be used, "" when they can: one refused, or a value read
+    from a passage that does not name its thing as a whole name (a neighbour's date)."""
+    from ..citations import answer_span
+    from .named import cited, names
+
+    answers = list(await asyncio.gather(*(ask(q) for q in questions)))
+    texts = [answer_span(a) for a in answers]
+    if None in texts:
+        return answers, texts, "refused: " + ", ".join(n for n, t in zip(things, texts, strict=True) if t is None)
+    unnamed = [n for n, a in zip(things, answers, strict=True) if not names(cited(a), n)]
+    if unnamed:
+        return answers, texts, "the cited passage does not name " + ", ".join(repr(n) for n in unnamed)
+    return answers, texts, ""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .compare import parse_date, parse_number
-from .named import NAME_WORD, WH, awrite_line, cited, names, options, without
+from .named import NAME_WORD, WH, asub_questions, cited, names, options, without
 
 if TYPE_CHECKING:
     from ..calibration import YesNoThresholds
@@ -344,8 +344,7 @@ async def aanswer(gen: Any, pair: PairQuestion, mode: str, ask: Any, look: Any,
     what the answer's metadata says decided it."""
     t0 = time.perf_counter()
     out = Outcome(list(pair.names), pair.kind)
-    written = await awrite_line(gen, pair.writer_messages())
-    subs = pair.sub_questions(written)
+    subs, written = await asub_questions(gen, pair)
     if subs is None:
         out.reason = f"the written question is not one about {pair.names[0]!r} alone: {written.strip()[:120]!r}"
         return None, out
@@ -416,22 +415,15 @@ async def _achecked(gen: Any, pair: PairQuestion, mode: str, look: Any, threshol
 async def _avalues(pair: PairQuestion, mode: str, ask: Any, out: Outcome) -> Any | None:
     """A "same" or "shared" question from each name's grounded short answer: compared in code
     (`same_verdict`) or the value they share (`shared_value`), citing both passages."""
-    from ..citations import answer_span
     from . import parts
 
-    answers = list(await asyncio.gather(*(ask(q) for q in out.sub_questions)))
-    texts = [answer_span(a) for a in answers]
+    answers, texts, fault = await parts.aeach(out.sub_questions, pair.names, ask)
     out.answers = texts
-    if None in texts:
-        out.reason = "refused: " + ", ".join(n for n, t in zip(pair.names, texts, strict=True) if t is None)
-        return None
     restated = [n for n, t in zip(pair.names, texts, strict=True) if t and _norm(t) in _norm(n)]
-    if restated:  # "What is the nationality of A?" answered "A"
-        out.reason = "the answer restates " + ", ".join(repr(n) for n in restated)
-        return None
-    unnamed = [n for n, a in zip(pair.names, answers, strict=True) if not names(cited(a), n)]
-    if unnamed:
-        out.reason = "the cited passage does not name " + ", ".join(repr(n) for n in unnamed)
+    if not fault and restated:  # "What is the nationality of A?" answered "A"
+        fault = "the answer restates " + ", ".join(repr(n) for n in restated)
+    if fault:
+        out.reason = fault
         return None
     values = [t for t in texts if t is not None]
     if pair.kind == "shared":
