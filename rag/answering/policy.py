@@ -14,6 +14,7 @@ decides to call it after decoding.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -47,11 +48,13 @@ from .signals import (
 )
 
 
+@functools.cache
 def measured_yes_no() -> YesNoThresholds | None:
     """The one-thing yes/no checks' thresholds as measured for qwen2.5-1.5b (its shipped entry's
     `yes_no`, read from there, not copied): what `answer.yes_no: true` uses for a model whose entry
-    holds none."""
-    return CalibrationEntry.from_dict(load_thresholds(SHIPPED, "qwen2.5-1.5b", language="en")).yes_no
+    holds none. Read once, and only that part (not the whole entry with its probe)."""
+    d = load_thresholds(SHIPPED, "qwen2.5-1.5b", language="en").get("yes_no")
+    return YesNoThresholds.from_dict(d) if d else None
 
 
 if TYPE_CHECKING:
