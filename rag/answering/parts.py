@@ -18,17 +18,26 @@ from typing import Any
 def cite(parts: Sequence[Any]) -> tuple[list[Any], list[Any], list[int]]:
     """The passages and citations of `parts` (short `Answer`s, each citing one passage), numbered
     from 1 in the order given with one marker per passage, and each part's marker."""
+    from .named import cited
+
+    return number([(cited(a), a.citations[0]) for a in parts])
+
+
+def number(sources: Sequence[tuple[Any, Any | None]]) -> tuple[list[Any], list[Any], list[int]]:
+    """(passage, its citation, or None for a new one) pairs as the passages and citations of one
+    answer, numbered from 1 in the order given with one marker per passage (one passage may serve
+    two parts), and each pair's marker."""
+    from ..citations import to_citation
+
     passages: list[Any] = []
     citations: list[Any] = []
     markers: list[int] = []
-    for a in parts:
-        c = a.citations[0]
-        known = next((p.marker for p in passages if p.chunk_id == c.chunk_id), None)
+    for src, c in sources:
+        known = next((p.marker for p in passages if p.chunk_id == src.chunk_id), None)
         if known is None:
-            src = next(p for p in a.passages if p.chunk_id == c.chunk_id)
             known = len(passages) + 1
             passages.append(dataclasses.replace(src, marker=known))
-            citations.append(dataclasses.replace(c, marker=known))
+            citations.append(dataclasses.replace(c, marker=known) if c is not None else to_citation(passages[-1]))
         markers.append(known)
     return passages, citations, markers
 

@@ -23,7 +23,6 @@ question that orders the options by a date or a number is `compare.py`'s, tried 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
@@ -366,7 +365,7 @@ async def _achecked(gen: Any, pair: PairQuestion, mode: str, look: Any, threshol
     question's passages that names it as a whole name (not a neighbour's)."""
     from ..answer import Answer
     from ..answerability import yes_no_check
-    from ..citations import to_citation
+    from . import parts
 
     found = await asyncio.gather(*(look(q) for q in out.sub_questions))
     chosen = [next((p for p in ps if names(p, n)), None) for n, ps in zip(pair.names, found, strict=True)]
@@ -389,18 +388,8 @@ async def _achecked(gen: Any, pair: PairQuestion, mode: str, look: Any, threshol
             f"the checks do not decide: {out.log_odds}"
         return None
     out.verdict = verdict
-    passages: list[Any] = []
-    citations: list[Any] = []
-    markers: list[int] = []
-    for i in by:  # the passages that decided, one marker each (one passage may name both)
-        src = chosen[i]
-        assert src is not None
-        known = next((p.marker for p in passages if p.chunk_id == src.chunk_id), None)
-        if known is None:
-            passages.append(dataclasses.replace(src, marker=len(passages) + 1))
-            citations.append(to_citation(passages[-1]))
-            known = len(passages)
-        markers.append(known)
+    # the passages that decided, one marker each (one passage may name both)
+    passages, citations, markers = parts.number([(chosen[i], None) for i in by])
     if mode == "short":
         text = head + " " + "".join(f"[{m}]" for m in dict.fromkeys(markers))
     else:
