@@ -71,6 +71,7 @@ class BuiltPrompt:
     dropped: list[Passage] = field(default_factory=list)
     system_tokens: int = 0
     history_turns: int = 0  # earlier chat turns the prompt holds (the oldest may have been dropped)
+    turns: list[Turn] = field(default_factory=list)  # those turns (`build_each` gives each prompt the same)
 
     def cached_texts(self, cfg: PromptConfig) -> list[str]:
         """The passages' texts for `Generator.locate_passages`, in prompt order; none in a chat
@@ -201,7 +202,7 @@ def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passa
         ids = tokenizer.encode(text, add_special_tokens=False)
         if len(ids) <= budget:
             sys_len = len(tokenizer.encode(system_prefix(cfg, tokenizer, mode), add_special_tokens=False))
-            return BuiltPrompt(ids, text, numbered, dropped, sys_len, len(turns))
+            return BuiltPrompt(ids, text, numbered, dropped, sys_len, len(turns), turns)
         if turns:
             turns.pop(0)
             continue
@@ -211,6 +212,15 @@ def build(cfg: PromptConfig, tokenizer: Any, question: str, passages: list[Passa
                 "available for the prompt; shorten the question or raise generator.engine.max_model_len"
             )
         dropped.insert(0, kept.pop())
+
+
+def build_each(cfg: PromptConfig, tokenizer: Any, question: str, built: BuiltPrompt, budget: int,
+               mode: str = "long") -> list[BuiltPrompt]:
+    """One prompt per passage of `built`, each holding that passage alone (numbered [1]) with the
+    same system head, chat turns and question: what a per-passage short answer's decode of that
+    passage reads (`answer.per_passage_prompt: own`). Each is shorter than `built`, so it fits
+    `budget` whenever `built` did."""
+    return [build(cfg, tokenizer, question, [p], budget, mode, built.turns) for p in built.passages]
 
 
 def _renumber(p: Passage, marker: int) -> Passage:

@@ -130,7 +130,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     `refusal_calibration`, `candidates` and check timing record it as a short answer's do. `span_processor(texts,
     max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`).
     `ranked`: the passages are retrieval's (a caller's own are all read, as short mode reads them)."""
-    from .short import check_anchor, checks_first, decide_per_passage, decide_single
+    from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
 
     t0 = time.perf_counter()
     question = answer.standalone_question
@@ -151,8 +151,10 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
         def processor(ts: list[str]) -> GroundedSpanProcessor:
             return span_processor(ts, params.max_tokens, float("inf"))
 
-        decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                               processor, spans, anchor, check_anchor(policy.check_kv, anchor),
+        prompts = candidate_prompts(generator, cfg.prompt, question, built, spans,
+                                    cfg.answer.per_passage_prompt == "own", budget)
+        decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, prompts, params, processor,
+                                               anchor, check_anchor(policy.check_kv, anchor),
                                                checks_first(policy.check_kv, anchor), texts)
     else:
         span = span_processor(texts, params.max_tokens, policy.decoder_margin)

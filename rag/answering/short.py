@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from inference.structured import GroundedSpanProcessor, span_sources
@@ -18,7 +18,7 @@ from inference.structured import GroundedSpanProcessor, span_sources
 from .. import prompt as prompt_mod
 from ..answer import Answer
 from ..prompt import PromptConfig
-from .candidates import SpanCandidate, decode_best_first
+from .candidates import CandidatePrompt, SpanCandidate, decode_best_first
 from .policy import Candidate, Decision, Policies, ShortAnswerPolicy, says_refusal
 from .signals import CHECK_ANSWER, CUT_NUMBER, cut_from_number, gave_span, span_signals
 
@@ -85,16 +85,30 @@ async def decide_single(generator: Any, cfg: PromptConfig, policies: Policies, a
                                   span.refused or says_refusal(streamed, cfg.refusal)))
 
 
+def candidate_prompts(generator: Any, cfg: PromptConfig, question: str, built: prompt_mod.BuiltPrompt,
+                      spans: list[tuple[int, int]] | None, own: bool, budget: int) -> list[CandidatePrompt]:
+    """What each passage's span decode reads: with `own` (`answer.per_passage_prompt: own`) a
+    prompt holding that passage alone (`prompt.build_each`: same system head, chat turns and
+    `question`), else `built` itself (its passage `spans`) for every passage. An own prompt carries
+    its passage's span when `built` has spans (a backend with a passage cache)."""
+    if not own:
+        return [CandidatePrompt(built.token_ids, spans)] * len(built.passages)
+    each = prompt_mod.build_each(cfg, generator.tokenizer, question, built, budget, "short")
+    return [CandidatePrompt(b.token_ids, generator.locate_passages(b.token_ids, b.cached_texts(cfg)) if spans else None)
+            for b in each]
+
+
 async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAnswerPolicy, answer: Answer,
-                             token_ids: list[int], params: Any,
+                             prompts: Sequence[CandidatePrompt], params: Any,
                              processor_for: Callable[[list[str]], GroundedSpanProcessor],
-                             spans: list[tuple[int, int]] | None = None, anchor: list[int] | None = None,
+                             anchor: list[int] | None = None,
                              check_anchor: list[int] | None = None, first: bool = False,
                              bodies: list[str] | None = None) -> tuple[Decision, Any]:
     """One span per passage, the checks on each, the policy's choice (cited to its passage); also
     the chosen decode's RequestOutput (None when no passage gave a span). Records every candidate
-    in `answer.candidates`. `spans`, `anchor`: the prompt's passage spans and `passage_anchor` (the
-    passage KV cache); `check_anchor`: what the checks name (`check_anchor`); `first`
+    in `answer.candidates`. `prompts`: what each passage's decode reads (`candidate_prompts`);
+    `anchor`: the prompts' `passage_anchor` (the passage KV cache); `check_anchor`: what the checks
+    name (`check_anchor`); `first`
     (`checks_first`): the passage checks of every passage run before the decode, whose prompt then
     reads the passages' K/V they stored (a passage that gives no span is checked for nothing). With
     a first-token selector the checks also run first without sharing, and only the best candidate
@@ -126,8 +140,8 @@ async def decide_per_passage(generator: Any, cfg: PromptConfig, policy: ShortAns
             return None
         return policy.first_token_order([{**c.signals, **early[c.index]} for c in cs])
 
-    cands = await decode_best_first(generator, token_ids, params, lambda i: processor_for([bodies[i]]),
-                                    len(bodies), order, is_live, spans, anchor)
+    cands = await decode_best_first(generator, prompts, params, lambda i: processor_for([bodies[i]]), order,
+                                    is_live, anchor)
     for c in cands:
         if c.complete:
             _mark_cut(c.text, bodies, c.index, c.signals)

@@ -22,7 +22,7 @@ from ..loops import is_looping
 from .gate import SentenceGate, gates, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
-from .short import check_anchor, checks_first, decide_per_passage, decide_single
+from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
 
 if TYPE_CHECKING:
     from ..config import RagConfig
@@ -120,8 +120,10 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
         return span_processor(generator, cfg.prompt.refusal, eos, texts, params.max_tokens, float("inf"))
 
     policy = policies.for_question(answer.question)
-    decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, built.token_ids, params,
-                                             processor, spans, anchor, check_anchor(policy.check_kv, anchor),
+    prompts = candidate_prompts(generator, cfg.prompt, answer.question, built, spans,
+                                cfg.answer.per_passage_prompt == "own", generator.max_model_len - params.max_tokens)
+    decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, prompts, params, processor,
+                                             anchor, check_anchor(policy.check_kv, anchor),
                                              checks_first(policy.check_kv, anchor))
     return _finish_short(answer, decision, out, t0, 0)
 

@@ -287,6 +287,63 @@ def test_per_passage_candidates_follow_the_selector_and_cite_their_passage(pipel
         path.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("reads", ["own", "all"])
+def test_each_passage_span_is_decoded_from_the_prompt_configured(pipeline, monkeypatch, reads):
+    """`answer.per_passage_prompt`: with `own` each passage's span decode reads a prompt holding
+    that passage alone (the others cannot pull its span), with `all` one prompt holding every
+    passage; either way the answer cites the passage its span came from by that passage's marker
+    in the answer (not the [1] of an own prompt). Bugs caught: own prompts built but not sent,
+    another passage leaking into one, a passage with no decode of its own, and the citation taken
+    from the own prompt's numbering."""
+    from rag.answerability import CHECK_SYSTEM
+    from rag.calibration import calibration_path, save_thresholds
+    from tests.eval.qa_case import never_refusing_entry
+
+    cfg = _cfg(pipeline, per_passage_prompt=reads)
+    path = calibration_path(cfg.storage_path, cfg.answer.calibration)
+    texts = ["The capital city of Zarnovia is Velmora.",
+             "An old atlas says the capital city of Zarnovia is Kestrin.",
+             "The flag of Zarnovia is green and white."]
+    gen = pipeline.generator
+    seen: list[str] = []
+    agenerate, astream = gen.agenerate, gen.astream
+
+    def note(ids) -> None:
+        text = gen.tokenizer.decode(ids)
+        if CHECK_SYSTEM not in text:  # a span decode, not an answerability check
+            seen.append(text)
+
+    async def noted_agenerate(prompt, params, *a, **kw):
+        note(prompt)
+        return await agenerate(prompt, params, *a, **kw)
+
+    def noted_astream(prompt, params, *a, **kw):
+        note(prompt)
+        return astream(prompt, params, *a, **kw)
+
+    entry = {**never_refusing_entry(True), "span_selector": {"features": ["passage_rank"], "mean": [0.0],
+                                                            "std": [1.0], "coef": [1.0], "bias": 0.0}}
+    try:
+        save_thresholds(path, cfg.generator.engine.model, entry)
+        monkeypatch.setattr(gen, "agenerate", noted_agenerate)
+        monkeypatch.setattr(gen, "astream", noted_astream)
+        a = _pipe(pipeline, cfg).ask("What is the capital city of Zarnovia?", passages=texts, mode="short")
+    finally:
+        path.unlink(missing_ok=True)
+    assert [c["passage"] for c in a.candidates] == [0, 1, 2]
+    held = [[t for t in texts if t in prompt] for prompt in seen]
+    if reads == "own":
+        assert all(len(h) == 1 for h in held), held
+        assert {h[0] for h in held} == set(texts), held
+        assert all(re.findall(r"^\[(\d+)\]", prompt, re.M) == ["1"] for prompt in seen), seen
+    else:
+        assert held and all(h == texts for h in held), held
+        assert all(re.findall(r"^\[(\d+)\]", prompt, re.M) == ["1", "2", "3"] for prompt in seen), seen
+    # the selector picks the last passage: its span, cited by its marker in the answer
+    assert not a.refused and [c.marker for c in a.citations] == [3], a
+    assert _body(a.text) in texts[2] and _body(a.text) == a.candidates[2]["span"]
+
+
 def test_short_answers_read_the_calibrated_number_of_top_passages(pipeline):
     """`answer.short_k`: a grounded short answer reads the top passages its calibration entry was
     recorded with (the entry's `short_k`), one candidate and one check each; a configured value

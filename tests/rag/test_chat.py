@@ -182,6 +182,28 @@ def test_history_too_long_drops_the_oldest_turns_first(chat_pipe):
     assert starts == [3, 3, 3, 6, 6, 6]  # the window moves by half its size, not by one turn
 
 
+def test_each_passage_prompt_of_a_follow_up_keeps_the_conversation(chat_pipe):
+    """`prompt.build_each` (what a per-passage short answer decodes each passage from): each prompt
+    holds the whole conversation the shared prompt holds, the question and its one passage numbered
+    [1]. Bugs caught: a follow-up's span decoded without its earlier turn ("When did he retire?"
+    then names nobody), another passage of the turn leaking in, or a marker other than [1]."""
+    from rag import prompt as prompt_mod
+
+    a1 = chat_pipe.ask(Q1, max_tokens=24)
+    cfg, tok = chat_pipe.cfg.prompt, chat_pipe.generator.tokenizer
+    history = [ChatTurn.from_answer(a1)]
+    new = [dataclasses.replace(a1.passages[0], chunk_id="n1", text="Tobias Brand retired in 1998.", marker=1),
+           dataclasses.replace(a1.passages[0], chunk_id="n2", text="The pier was rebuilt in 2004.", marker=2)]
+    built = prompt_mod.build(cfg, tok, "When did he retire?", new, 1000, "short", history)
+    each = prompt_mod.build_each(cfg, tok, "When did he retire?", built, 1000, "short")
+    assert len(each) == 2 and built.history_turns == 1
+    head = built.text[: built.text.index(prompt_mod.passage_body(cfg, new[0]))]
+    for one, p, other in zip(each, new, reversed(new)):
+        assert one.history_turns == 1 and one.text.startswith(head[: head.rindex("[1]")]), one.text
+        assert p.text in one.text and other.text not in one.text and one.text.endswith(built.text[-40:])
+        assert [q.marker for q in one.passages] == [1] and len(one.token_ids) < len(built.token_ids)
+
+
 def test_a_passage_shown_in_an_earlier_turn_is_named_not_repeated(chat_pipe):
     """Bug caught: a follow-up that retrieves a passage turn 1 already showed repeats its text, so
     every such turn prefills it again; and the reference must render the same when the turn is
