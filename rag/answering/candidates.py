@@ -13,8 +13,9 @@ policy's (`ShortAnswerPolicy.choose`).
 Each span is decoded from a prompt that holds its passage alone (`answer.per_passage_prompt:
 own`, the default): with every passage in one prompt the others pull the span away from what its
 own passage says ("What deposit is needed for an e-bike?" gave the 150 euros of a repair clause,
-with the e-bike passage alone the 250 euros it states), and on SQuAD v2 dev a fifth of the wrong
-spans came from a passage that held the answer (docs/results.md, session 31).
+with the e-bike passage alone the 250 euros it states); on the SQuAD v2 dev seed-0 sample all 11
+wrong spans were copied from a passage holding the answer, and read alone 5 of those passages gave
+it (docs/results.md, session 31).
 
 Cost: with own prompts k short prefills (the system head hits the prefix cache, each passage the
 K/V its checks stored in the passage cache), with one shared prompt one prefill; then k short
