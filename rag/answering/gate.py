@@ -151,8 +151,8 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
         def processor(ts: list[str]) -> GroundedSpanProcessor:
             return span_processor(ts, params.max_tokens, float("inf"))
 
-        prompts = candidate_prompts(generator, cfg.prompt, question, built, spans,
-                                    cfg.answer.per_passage_prompt == "own", budget)
+        prompts = await asyncio.to_thread(candidate_prompts, generator, cfg.prompt, question, built, spans,
+                                          cfg.answer.per_passage_prompt == "own", budget)
         decision, _ = await decide_per_passage(generator, cfg.prompt, policy, answer, prompts, params, processor,
                                                anchor, check_anchor(policy.check_kv, anchor),
                                                checks_first(policy.check_kv, anchor), texts)

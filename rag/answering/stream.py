@@ -10,6 +10,7 @@ the short answer's decision (`policy.py`, gathered by `short.py`), the long answ
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -120,8 +121,9 @@ async def _per_passage(generator: Any, cfg: RagConfig, policies: Policies, answe
         return span_processor(generator, cfg.prompt.refusal, eos, texts, params.max_tokens, float("inf"))
 
     policy = policies.for_question(answer.question)
-    prompts = candidate_prompts(generator, cfg.prompt, answer.question, built, spans,
-                                cfg.answer.per_passage_prompt == "own", generator.max_model_len - params.max_tokens)
+    # off the loop, as every prompt is built: tokenising one prompt per passage
+    prompts = await asyncio.to_thread(candidate_prompts, generator, cfg.prompt, answer.question, built, spans,
+                                      cfg.answer.per_passage_prompt == "own", generator.max_model_len - params.max_tokens)
     decision, out = await decide_per_passage(generator, cfg.prompt, policy, answer, prompts, params, processor,
                                              anchor, check_anchor(policy.check_kv, anchor),
                                              checks_first(policy.check_kv, anchor))
