@@ -64,6 +64,10 @@ def register(sub) -> None:
                    help="choose the sentence refusal model's cut again on these long answers to explanatory "
                         "questions (`rag eval qa --mode long --answers FILE --set answer.sentence_gate=record`, "
                         "same model; their questions should be outside the calibration sample)")
+    c.add_argument("--cut-only", action="store_true",
+                   help="keep the model's entry (the --out file's, else the shipped one) and choose only its refusal "
+                        "cut again on these questions, under --max-false-refusal: after a pipeline change that moves "
+                        "how sure the spans come out")
     c.add_argument("--features", choices=["transfer", "squad"], default=None,
                    help="refusal/selector features: transfer (no rank- or length-dependent signal; the default "
                         "for a mix) or squad (those of the SQuAD-only entries; the default for one dataset)")

@@ -46,6 +46,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     refusal_feats, selector_feats = FEATURE_SETS[features]
     probe, trained = _load_probe(args.probe, cfg.generator.engine.model) if args.probe else (None, {})
     points = _read_points(args.refit, sets) if args.refit else _answer_points(args, cfg, sets, probe)
+    if getattr(args, "cut_only", False):
+        return _cut_only(args, cfg, sets, points)
     best = pick_margin(points, args.max_false_refusal)  # span-only thresholds: the fallback without checks
     cv: dict = {}
     if cfg.answer.verify:
@@ -98,6 +100,39 @@ def run_calibrate(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps({"model": model, "entry": {k: v for k, v in entry.items() if k != "probe"},
                                                "transfer_cv": cv}, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
+    print(f"wrote {path}")
+    return 0
+
+
+def _cut_only(args: argparse.Namespace, cfg, sets: list, points: list) -> int:
+    """`--cut-only`: the model's entry as the pipeline finds it (`--out`/`answer.calibration`, else the
+    shipped one) with only its refusal cut chosen again on `points`
+    (`eval.calibrate.rechoose_refusal_threshold`), written back with a `refusal_cut` record of what
+    the cut scored there and in 5-fold CV; the selector, coefficients, probe and the rest are kept."""
+    from eval.calibrate import cut_cv, rechoose_refusal_threshold
+    from rag.calibration import calibration_path, load_thresholds, save_thresholds
+
+    model = cfg.generator.engine.model
+    path = Path(args.out) if args.out else calibration_path(cfg.storage_path, cfg.answer.calibration)
+    entry = load_thresholds(path, model)
+    try:
+        if not entry:
+            raise ValueError(f"no calibration entry for {model} (in {path} or shipped) whose cut could be chosen again")
+        r = rechoose_refusal_threshold(entry, points, args.max_false_refusal)
+        cv = cut_cv(entry, points, args.max_false_refusal)
+    except ValueError as e:
+        print(f"error: --cut-only: {e}", file=sys.stderr)
+        return 2
+    keys = ("f1", "refusal_acc", "false_refusal", "cited_invention_rate")
+    new = r["entry"]
+    new["refusal_cut"] = {"from": r["from"], "to": new["refusal_model"]["threshold"],
+                          "max_false_refusal": args.max_false_refusal,
+                          "dataset": "+".join(Path(s.path).name for s in sets), "seed": args.seed,
+                          "n": r["n"], **{k: r[k] for k in keys}, "cv": {k: cv[k] for k in keys}}
+    save_thresholds(path, model, new)
+    print(f"{model}: refusal cut {r['from']:.3f} -> {new['refusal_model']['threshold']:.3f} (on {int(r['n'])} "
+          f"questions: F1 {r['f1']:.3f}, refusal accuracy {r['refusal_acc']:.3f}, false refusals "
+          f"{r['false_refusal']:.3f}; 5-fold CV: F1 {cv['f1']:.3f}, false refusals {cv['false_refusal']:.3f})")
     print(f"wrote {path}")
     return 0
 

@@ -141,6 +141,48 @@ def test_refusal_model_threshold_honours_the_false_refusal_cap():
     assert loose["f1"] > strict["f1"]
 
 
+def test_refusal_cut_is_chosen_again_on_new_points():
+    """Catches the cut-only re-choice moving the coefficients or the selector, ignoring the cap,
+    scoring the wrong candidate (the selector picks the one the refusal model reads: a point whose
+    first candidate is the wrong one would count as refused-right), or accepting points that lack a
+    feature the model reads. Here every answerable span came out surer by 2 on `check_passage` after
+    a pipeline change, but the kept cut (refuse below 0.5) now also refuses the unanswerable ones
+    less; the new points need the cut between -1.5 and -0.5."""
+    import pytest
+
+    from eval.calibrate import cut_cv, rechoose_refusal_threshold
+
+    model = {"features": ["check_passage"], "mean": [0.0], "std": [1.0], "coef": [-1.0], "bias": 0.0,
+             "threshold": -0.5}  # refuses at check_passage <= 0.5
+    selector = {"features": ["check_probe"], "mean": [0.0], "std": [1.0], "coef": [1.0], "bias": 0.0}
+    entry = {"refusal_model": model, "span_selector": selector, "probe": {"kept": True}}
+
+    def pt(imp: bool, check: float) -> Point:
+        right = {"signals": {"check_probe": 1.0, "check_passage": check, "margin": -5.0}, "f1": 0.0 if imp else 1.0,
+                 "span": "right"}
+        decoy = {"signals": {"check_probe": -1.0, "check_passage": 9.0, "margin": -6.0}, "f1": 0.0, "span": "decoy"}
+        return Point(-6.0, imp, 0.0, -0.5, dict(decoy["signals"]), [decoy, right])
+
+    wrong = pt(False, -2.5)  # an answerable question whose span is wrong: refusing it would raise F1
+    wrong = Point(wrong.margin, False, 0.0, -0.5, wrong.signals, [wrong.candidates[0], {**wrong.candidates[1], "f1": 0.0}])
+    pts = [pt(True, c) for c in (-2.0, -1.8, -1.6, -1.5, -1.7)] + [pt(False, c) for c in (-0.5, 0.0, 0.3, 1.0, 2.0)]
+    r = rechoose_refusal_threshold(entry, [*pts, wrong], max_false_refusal=0.2)
+    cut = r["entry"]["refusal_model"]
+    assert r["from"] == -0.5 and 0.5 < cut["threshold"] < 1.5  # refuses check_passage below -1.5 .. -0.5
+    assert (r["false_refusal"], r["refusal_acc"]) == (pytest.approx(1 / 6), 1.0)
+    strict = rechoose_refusal_threshold(entry, [*pts, wrong], max_false_refusal=0.0)  # the cap binds
+    assert strict["false_refusal"] == 0.0 and strict["f1"] < r["f1"]
+    assert {k: v for k, v in cut.items() if k != "threshold"} == {k: v for k, v in model.items() if k != "threshold"}
+    assert r["entry"]["span_selector"] == selector and r["entry"]["probe"] == {"kept": True}
+    assert entry["refusal_model"]["threshold"] == -0.5  # the given entry is not changed in place
+    cv = cut_cv(entry, pts, max_false_refusal=0.0, folds=5, shuffles=2)
+    assert 0.0 <= cv["false_refusal"] <= 0.4 and cv["f1"] >= 0.6
+    with pytest.raises(ValueError, match="lack signals"):
+        rechoose_refusal_threshold({**entry, "refusal_model": {**model, "features": ["check_answer"]}}, pts)
+    with pytest.raises(ValueError, match="no refusal model"):
+        rechoose_refusal_threshold({"span_selector": selector}, pts)
+
+
 def _cand(probe: float, margin: float, f1: float, rank: int) -> dict:
     return {"signals": {"check_probe": probe, "margin": margin, "span_logprob": -0.5, "check_answer": 0.0,
                         "span_tokens": 2.0, "passage_rank": float(rank)}, "f1": f1, "span": f"span {rank}"}
@@ -266,3 +308,18 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
 
     with pytest.raises(SystemExit, match="lacks 15 of the 20"):
         main(args(short))
+    # `--cut-only`: the entry in --out keeps everything but its refusal cut, chosen again under the
+    # cap on these points and recorded; no entry to re-cut is an error that writes nothing
+    assert main(args(points)) == 0
+    fitted = json.loads(out.read_text())["/nonexistent/model.gguf"]
+    assert main([*args(points), "--cut-only", "--max-false-refusal", "0.0"]) == 0
+    recut = json.loads(out.read_text())["/nonexistent/model.gguf"]
+    assert recut["refusal_cut"]["from"] == fitted["refusal_model"]["threshold"]
+    assert recut["refusal_cut"]["to"] == recut["refusal_model"]["threshold"]
+    assert recut["refusal_cut"]["false_refusal"] == 0.0 and recut["refusal_cut"]["n"] == 20.0
+    assert recut["refusal_model"]["coef"] == fitted["refusal_model"]["coef"]
+    assert {k: v for k, v in recut.items() if k not in ("refusal_model", "refusal_cut")} == \
+        {k: v for k, v in fitted.items() if k != "refusal_model"}
+    empty = tmp_path / "empty.json"
+    assert main([*args(points), "--cut-only", "--out", str(empty)]) == 2
+    assert not empty.exists()
