@@ -35,6 +35,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
         print("error: --sentence-answers needs answer.verify: true (the sentence refusal model reads the "
               "checks' signals)", file=sys.stderr)
         return 2
+    if sentence_answers and getattr(args, "cut_only", False):
+        # --cut-only writes the entry it found with one cut changed; a sentence cut chosen in the same
+        # run would be silently dropped from it
+        print("error: --cut-only keeps the entry's sentence refusal model: choose its cut in a run without "
+              "--cut-only (--refit POINTS --sentence-answers FILE)", file=sys.stderr)
+        return 2
     try:
         sets = calibration_sets(args.dataset, args.split, args.limit, args.seed, args.exclude_limit, args.exclude_seed)
     except (OSError, ValueError) as e:

@@ -323,3 +323,6 @@ def test_calibrate_refit_fits_from_a_points_file(tmp_path):
     empty = tmp_path / "empty.json"
     assert main([*args(points), "--cut-only", "--out", str(empty)]) == 2
     assert not empty.exists()
+    before = out.read_text()  # a sentence cut asked beside --cut-only would be lost: refused up front
+    assert main([*args(points), "--cut-only", "--sentence-answers", str(recorded)]) == 2
+    assert out.read_text() == before
