@@ -154,6 +154,21 @@ def _best_cut(points: Sequence[Point], live: Sequence[bool], score: Sequence[flo
     return best
 
 
+def _cut_again(model: dict, points: Sequence[Point], live: Sequence[bool], max_false_refusal: float,
+               lacking: str) -> tuple[dict, dict]:
+    """A fitted refusal model dict with only its cut chosen again on `points` (`_best_cut` over its
+    scores; a point that is not `live` is a refusal at any cut), and what that cut scored. `lacking`:
+    the error when a live point lacks a feature the model reads."""
+    from rag.calibration import RefusalModel
+
+    rm = RefusalModel.from_dict(model)
+    scores = [rm.score(p.signals) for p, ok in zip(points, live) if ok]
+    if any(v is None for v in scores):
+        raise ValueError(lacking)
+    best = _best_cut(points, live, scores, max_false_refusal)  # type: ignore[arg-type]
+    return {**model, "threshold": best.pop("threshold")}, best
+
+
 def sentence_points(answers: Sequence[dict]) -> list[Point]:
     """Points from long answers to explanatory questions judged by a sentence gate that refused
     nothing (`rag eval qa --mode long --answers`, every grounded sentence's `signals` recorded): one
@@ -174,16 +189,10 @@ def rechoose_sentence_threshold(model: dict, answers: Sequence[dict], max_false_
     the refusal model's rule (`_best_cut`): fitted on short answers' spans, its answer check read a
     span; a sentence restates the question and reads higher, so the cut the spans gave lets more
     unanswerable questions through (docs/results.md, session 27). Returns the model and its scores."""
-    from rag.calibration import RefusalModel
-
     pts = sentence_points(answers)
-    live = [bool(p.signals) for p in pts]
-    rm = RefusalModel.from_dict(model)
-    scores = [rm.score(p.signals) for p, ok in zip(pts, live) if ok]
-    if any(v is None for v in scores):
-        raise ValueError("the answers lack a signal the sentence model reads (recorded without its probe?)")
-    best = _best_cut(pts, live, scores, max_false_refusal)  # type: ignore[arg-type]
-    return {"model": {**model, "threshold": best.pop("threshold")}, **best, "n": float(len(pts))}
+    cut, best = _cut_again(model, pts, [bool(p.signals) for p in pts], max_false_refusal,
+                           "the answers lack a signal the sentence model reads (recorded without its probe?)")
+    return {"model": cut, **best, "n": float(len(pts))}
 
 
 def gave_span_point(p: Point) -> bool:
@@ -324,23 +333,19 @@ def rechoose_refusal_threshold(entry: dict, points: Sequence[Point], max_false_r
     prompt took the 1.5B entry's calibration-split false refusals to 0.175 with a 0.12 cap), while the
     coefficients, fitted on more varied data earlier, cross-validate better than a refit on the new
     points. Returns {"entry": the entry, "from": the old cut, **scores}."""
-    from rag.calibration import RefusalModel
-
-    if not entry.get("refusal_model"):
+    model = entry.get("refusal_model")
+    if not model:
         raise ValueError("the entry has no refusal model whose cut could be chosen again")
-    model = RefusalModel.from_dict(entry["refusal_model"])
     chosen = select_candidates(points, entry.get("span_selector"))
     live = [gave_span_point(p) for p in chosen]
-    scores = [model.score(p.signals) for p, ok in zip(chosen, live) if ok]
-    if any(s is None for s in scores):
-        missing = sorted({f for p in chosen for f in model.features if f not in p.signals})
-        raise ValueError("the points lack signals the refusal model reads: " + ", ".join(missing)
-                         + " (record them with the probe and answer.verify the entry was fitted with)")
-    if not scores:
+    if not any(live):
         raise ValueError("no calibration question was answered with a span")
-    cut = _best_cut(chosen, live, scores, max_false_refusal)["threshold"]  # type: ignore[arg-type]
-    out = {**entry, "refusal_model": {**entry["refusal_model"], "threshold": cut}}
-    return {"entry": out, "from": model.threshold, **transfer_scores(decide(points, out))}
+    missing = sorted({f for p, ok in zip(chosen, live) if ok for f in model["features"] if f not in p.signals})
+    cut, _ = _cut_again(model, chosen, live, max_false_refusal,
+                        "the points lack signals the refusal model reads: " + ", ".join(missing)
+                        + " (record them with the probe and answer.verify the entry was fitted with)")
+    out = {**entry, "refusal_model": cut}
+    return {"entry": out, "from": model["threshold"], **transfer_scores(decide(points, out))}
 
 
 def cut_cv(entry: dict, points: Sequence[Point], max_false_refusal: float = 0.15, folds: int = 5,
