@@ -306,7 +306,7 @@ def run_probe(args: argparse.Namespace) -> int:
 
     from eval.calibrate import calibration_items
     from eval.datasets import load_corpus, load_qa, sample_ids
-    from eval.probe import probe_pairs, train_probe
+    from eval.probe import passage_order, probe_pairs, train_probe
     from rag.answerability import AnswerabilityProbe, passage_check
     from rag.generation.engine import EngineGenerator
     from rag.prompt import clip_passage
@@ -339,12 +339,15 @@ def run_probe(args: argparse.Namespace) -> int:
     try:
         depth = gen.num_layers
         layer = args.layer if args.layer is not None else round(0.7 * depth)
-        odds, feats = [], []
-        for p in tqdm(pairs, disable=args.no_progress, desc="probe", unit="pair"):
-            text = clip_passage(cfg.prompt, p.passage)
-            o, h = gen.run(passage_check(gen, p.question, text, layer))
-            odds.append(o)
-            feats.append(h.numpy())
+        odds: list[float] = [0.0] * len(pairs)
+        feats: list = [None] * len(pairs)
+        # the pairs on one paragraph one after another: the check prompt starts with the passage, so
+        # the engine's prefix cache serves it to each later pair on that paragraph (training reads
+        # the pairs in their own order: the fit and the folds do not depend on this one)
+        for i in tqdm(passage_order(pairs), disable=args.no_progress, desc="probe", unit="pair"):
+            text = clip_passage(cfg.prompt, pairs[i].passage)
+            odds[i], h = gen.run(passage_check(gen, pairs[i].question, text, layer))
+            feats[i] = h.numpy()
     finally:
         gen.close()
     w, b, summary = train_probe(np.stack(feats).astype(np.float64), pairs, odds, l2s)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from eval.datasets import CorpusDoc, QAItem
-from eval.probe import cross_validate, fit_probe, probe_pairs, roc_auc
+from eval.probe import ProbePair, cross_validate, fit_probe, passage_order, probe_pairs, roc_auc
 from tests.eval.qa_case import write_qa_set
 
 
@@ -57,6 +57,17 @@ def test_pairs_leave_out_held_questions_and_their_paragraphs():
             assert f"Article {it.title} " in p.passage  # same article: the hard negative
     assert any(p.kind == "other" for p in pairs)
     assert probe_pairs(items, corpus, 5, seed=3, held_ids=held)[0].qid == pairs[0].qid  # seeded
+
+
+def test_passage_order_groups_each_passages_pairs_and_keeps_every_pair():
+    """Catches an order that drops or repeats a pair (its check would be missing or run twice) or
+    leaves a passage's pairs apart (the prefix cache would compute the passage again)."""
+    pairs = [ProbePair(f"q{i}", f"question {i}?", text, i % 2, "gold")
+             for i, text in enumerate(["P one", "P two", "P one", "P three", "P two", "P one"])]
+    order = passage_order(pairs)
+    assert sorted(order) == list(range(len(pairs)))
+    assert order == [0, 2, 5, 1, 4, 3]  # first seen first; a passage's pairs in their own order
+    assert passage_order([]) == []
 
 
 def test_folded_probe_scores_raw_features_and_separates_a_planted_direction():
