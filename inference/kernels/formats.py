@@ -60,6 +60,10 @@ BLOCKS: dict[int, tuple[int, int]] = {
 
 SUPPORTED_TYPES: frozenset[int] = frozenset(BLOCKS)
 
+# Not a GGML type (no file holds it; outside GGML's id range): Q4_K rows interleaved by 8 at load
+# (`ops.repack_q4_k_x8`, layout in csrc/common.h) for the one-row GEMV; same bytes per row as Q4_K.
+Q4_K_X8 = 64
+
 
 def _geometry(qtype: int) -> tuple[int, int]:
     try:

@@ -13,9 +13,10 @@ import warnings
 
 import torch
 
-from inference.kernels.formats import SUPPORTED_TYPES, block_size, row_bytes
+from inference.kernels.formats import Q4_K_X8, SUPPORTED_TYPES, block_size, row_bytes
 
 __all__ = [
+    "Q4_K_X8",
     "SUPPORTED_TYPES",
     "available",
     "block_size",
@@ -26,10 +27,12 @@ __all__ = [
     "load_error",
     "quant_matmul",
     "quant_matmul_rows",
+    "repack_q4_k_x8",
     "row_bytes",
     "set_gemm_min_rows",
     "set_isa",
     "supported_isas",
+    "x8_enabled",
 ]
 
 ISA_NAMES = ("scalar", "avx2", "avxvnni", "avx512", "amx", "neon")
@@ -205,6 +208,19 @@ def quant_matmul_rows(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int, rows
     """Only output features `rows` (int64 [R]) of quant_matmul: float32 [M, R]."""
     out = _op("quant_matmul_rows")(_as_2d(x), w, qtype, k, rows)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def x8_enabled() -> bool:
+    """Whether GGUF layers interleave their Q4_K rows by 8 at load (RAG_KERNEL_X8=0 turns it off,
+    for comparisons): the one-row GEMV then sums 8 rows per register (1.7x per thread on Zen 4,
+    docs/performance.md, session 34); other row counts unpack the rows they read."""
+    return os.environ.get("RAG_KERNEL_X8", "1").strip() not in ("0", "false", "no", "off")
+
+
+def repack_q4_k_x8(w: torch.Tensor, k: int) -> torch.Tensor:
+    """Q4_K rows [N, row_bytes] (N a multiple of 8) -> the same bytes interleaved by 8 rows, the
+    layout of type `Q4_K_X8` (every op here takes it; exact: a byte permutation)."""
+    return _op("repack_q4_k_x8")(w, k)
 
 
 def dequantize(w: torch.Tensor, qtype: int, k: int) -> torch.Tensor:

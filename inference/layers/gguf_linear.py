@@ -38,6 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 F32 = 0  # GGML type ids that matter here
+Q4_K = 12
+Q4_K_X8 = 64  # not a GGML type: Q4_K rows interleaved by 8 (inference.kernels.formats)
 F16 = 1
 Backend = Literal["kernels", "torch"]
 
@@ -117,17 +119,34 @@ class RowGroup:
     qtype: int
     k: int
     _dense: torch.Tensor | None = field(default=None, repr=False)  # torch backend's float copy
+    x8: bool = False  # Q4_K rows interleaved by 8 for the kernels (`interleaved`)
 
     @property
     def n(self) -> int:
         return self.rows.shape[0]
 
+    @property
+    def kernel_qtype(self) -> int:
+        """The type id the kernels read `rows` as (`qtype` stays the file's type)."""
+        return Q4_K_X8 if self.x8 else self.qtype
+
     def dense(self) -> torch.Tensor:
         if self.qtype == F32:
             return self.rows
         if self._dense is None:
-            self._dense = dequantize_np(self.rows, self.qtype)
+            self._dense = (kernel_ops().dequantize(self.rows, Q4_K_X8, self.k) if self.x8
+                           else dequantize_np(self.rows, self.qtype))
         return self._dense
+
+    def interleaved(self) -> RowGroup:
+        """This group in the kernels' x8 layout where it applies (Q4_K, a multiple of 8 rows, the
+        kernels loaded, RAG_KERNEL_X8 not 0), else itself. The one-row GEMV (decode) then runs
+        1.3-1.5x faster at 2 threads (Zen 4, docs/performance.md, session 34); the bytes are the
+        same, moved, so the model's memory does not change."""
+        ops = kernel_ops()
+        if self.x8 or self.qtype != Q4_K or self.n % 8 or ops is None or not ops.x8_enabled():
+            return self
+        return RowGroup(ops.repack_q4_k_x8(self.rows, self.k), Q4_K, self.k, x8=True)
 
 
 def merge_groups(groups: Sequence[RowGroup]) -> list[RowGroup]:
@@ -135,7 +154,7 @@ def merge_groups(groups: Sequence[RowGroup]) -> list[RowGroup]:
     groups of different types (Q4_K_M puts attn_v in Q6_K next to Q4_K q/k) stay apart."""
     out: list[RowGroup] = []
     for g in groups:
-        if out and out[-1].qtype == g.qtype and out[-1].k == g.k:
+        if out and out[-1].qtype == g.qtype and out[-1].k == g.k and out[-1].x8 == g.x8 and not g.x8:
             out[-1] = RowGroup(torch.cat([out[-1].rows, g.rows]), g.qtype, g.k)
         else:
             out.append(g)
@@ -147,7 +166,7 @@ class GGUFLinear(nn.Module):
     outputs are concatenated in order."""
 
     def __init__(self, groups: Sequence[RowGroup], bias: torch.Tensor | None = None,
-                 backend: Backend = "kernels") -> None:
+                 backend: Backend = "kernels", interleave: bool = True) -> None:
         super().__init__()
         if not groups:
             raise ValueError("GGUFLinear needs at least one row group")
@@ -163,16 +182,18 @@ class GGUFLinear(nn.Module):
         if backend == "kernels" and kernel_ops() is None:
             raise RuntimeError(f"GGUF kernels unavailable: {kernel_error()}")
         self.backend: Backend = backend
+        if backend == "kernels" and interleave:  # not for a head tied to the embedding's rows
+            self.groups = [g.interleaved() for g in self.groups]
         self.offsets = np.cumsum([0] + [g.n for g in self.groups]).tolist()
         # every group in blocks: one `quant_linear` call does all groups and the bias
         self._fast = backend == "kernels" and all(g.qtype != F32 for g in self.groups)
         self._ws = [g.rows for g in self.groups]
-        self._types = [g.qtype for g in self.groups]
+        self._types = [g.kernel_qtype for g in self.groups]
 
     def _group_matmul(self, x: torch.Tensor, g: RowGroup) -> torch.Tensor:
         if g.qtype == F32 or self.backend == "torch":
             return F.linear(x, g.dense())
-        return kernel_ops().quant_matmul(x, g.rows, g.qtype, g.k)
+        return kernel_ops().quant_matmul(x, g.rows, g.kernel_qtype, g.k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._fast and x.dim() == 2 and x.dtype == torch.float32:
@@ -204,7 +225,7 @@ class GGUFLinear(nn.Module):
             if g.qtype == F32 or self.backend == "torch":
                 part = F.linear(xf, g.dense()[local])
             else:
-                part = kernel_ops().quant_matmul_rows(xf, g.rows, g.qtype, g.k, local.contiguous())
+                part = kernel_ops().quant_matmul_rows(xf, g.rows, g.kernel_qtype, g.k, local.contiguous())
             out[:, pick] = part
         if self.bias is not None:
             out = out + self.bias[rows]
@@ -216,7 +237,7 @@ class GGUFLinear(nn.Module):
         return held + ([self.bias] if self.bias is not None else [])
 
     def extra_repr(self) -> str:
-        types = "+".join(f"{type_name(g.qtype)}x{g.n}" for g in self.groups)
+        types = "+".join(f"{type_name(g.qtype)}{'(x8)' if g.x8 else ''}x{g.n}" for g in self.groups)
         return (f"in_features={self.in_features}, out_features={self.out_features}, {types}, "
                 f"backend={self.backend}, bias={self.bias is not None}")
 
@@ -247,7 +268,7 @@ class GGUFEmbedding(nn.Module):
         return out.reshape(*input_ids.shape, self.embedding_dim).to(self._dtype_probe.dtype)
 
     def as_head(self) -> GGUFLinear:
-        return GGUFLinear([self.group], backend=self.backend)
+        return GGUFLinear([self.group], backend=self.backend, interleave=False)
 
     def held_tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.group.rows, self.group._dense) if t is not None]

@@ -396,3 +396,42 @@ def test_json_steps_outside_strings_compute_only_their_head_rows(block_llm, monk
     assert calls["full"] == len(with_lp.token_ids) and with_lp.token_ids == got.token_ids
     monkeypatch.setattr(logits_processor, "HEAD_ROWS_SHARE", 10**9)  # never restricted
     assert block_llm.chat(msgs, sp)[0].token_ids == got.token_ids
+
+
+def _q4_k_rows(n: int, k: int, seed: int) -> torch.Tensor:
+    """Random Q4_K rows (every bit pattern) with small finite fp16 d / dmin."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (n, k // 256, 144), dtype=np.uint8)
+    for off in (0, 2):
+        scale = rng.uniform(1e-3, 1e-2, (n, k // 256)) * rng.choice([-1.0, 1.0], (n, k // 256))
+        blocks[:, :, off : off + 2] = scale.astype(np.float16).view(np.uint8).reshape(n, k // 256, 2)
+    return torch.from_numpy(blocks.reshape(n, -1))
+
+
+@pytest.mark.skipif(not KERNELS, reason=f"native kernels unavailable: {kernel_error()}")
+def test_q4_k_layers_interleave_by_8_and_compute_the_same(monkeypatch):
+    """Catches the load-time x8 repack changing a layer's outputs (decode, batched decode, prompt
+    and a constrained head's rows), `dense()` reading x8 bytes as plain rows, a group whose row
+    count is not a multiple of 8 being repacked, the file's type being overwritten, and a head
+    tied to the embedding getting a repacked copy of the vocabulary (the rows must stay shared)."""
+    from inference.layers.gguf_linear import GGUFEmbedding
+
+    k = 512
+    rows = _q4_k_rows(40, k, 0)
+    x8 = GGUFLinear([RowGroup(rows, 12, k)], torch.arange(40.0))
+    g = x8.groups[0]
+    assert g.x8 and g.qtype == 12 and g.kernel_qtype == kernel_ops().Q4_K_X8 and "Q4_K(x8)x40" in repr(x8)
+    monkeypatch.setenv("RAG_KERNEL_X8", "0")
+    plain = GGUFLinear([RowGroup(rows, 12, k)], torch.arange(40.0))
+    assert not plain.groups[0].x8
+    monkeypatch.delenv("RAG_KERNEL_X8")
+    for m in (1, 3, 5, 33):
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+        ref = plain(x)
+        assert (x8(x) - ref).abs().max().item() <= 1e-5 * ref.abs().max().item(), m
+        pick = torch.tensor([39, 0, 8, 8])
+        assert (x8.forward_rows(x, pick) - ref[:, pick]).abs().max().item() <= 1e-5 * ref.abs().max().item()
+    assert torch.equal(g.dense(), RowGroup(rows, 12, k).dense())
+    assert not GGUFLinear([RowGroup(_q4_k_rows(12, k, 1), 12, k)]).groups[0].x8  # 12 rows: not whole groups
+    head = GGUFEmbedding(RowGroup(rows, 12, k)).as_head()
+    assert not head.groups[0].x8 and head.groups[0].rows.data_ptr() == rows.data_ptr()

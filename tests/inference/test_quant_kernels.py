@@ -535,3 +535,85 @@ def test_small_m_gemm_default_band_per_path():
         ops.set_xgemm_rows(*before)
         ops.set_isa(None)
 
+
+
+# ---- Q4_K rows interleaved by 8 (the x8 layout the GGUF layers use for Q4_K) ------------------
+
+
+@pytest.fixture(params=["rows", "panel", "small_m"])
+def x8_route(request):
+    """Each way x8 weights are multiplied: the x8 row kernels for every M (GEMMs off), the panel
+    GEMM from 2 rows (it packs the groups directly), or the small-M GEMM band forced (reached
+    through unpacked copies where the path has no x8 panel GEMM); settings restored."""
+    route = request.param
+    g0 = ops.set_gemm_min_rows({"rows": 0, "panel": 2, "small_m": 16}[route])
+    x0 = ops.set_xgemm_rows(*((1, 1 << 30) if route == "small_m" else (0, 0)))
+    yield route
+    ops.set_gemm_min_rows(g0)
+    ops.set_xgemm_rows(*x0)
+    ops.set_isa(None)
+
+
+@pytest.mark.parametrize("n,k", [(16, 256), (40, 768), (24, 1536)])
+def test_x8_equals_plain_q4_k_on_every_path(n: int, k: int, x8_route):
+    """Catches a wrong interleave (scale words, d/dmin lanes, nibble quads), a wrong per-lane scale
+    or min pick, activation rows mixed up in the 1-4-row kernel, groups or chunks skipped at edges,
+    and a panel packed wrongly from x8 groups: x8 weights must give plain Q4_K's scalar result on
+    every ISA path, for M from 1 to 40, all output rows and gathered rows."""
+    w = torch.from_numpy(make_weights(F.Q4_K, n, k))
+    w8 = ops.repack_q4_k_x8(w, k)
+    assert w8.shape == w.shape and not torch.equal(w8, w)
+    rows = torch.tensor([5, 0, n - 1, 9, 9, 8])
+    for m in (1, 3, 5, 13, 16, 24, 40):
+        x = torch.from_numpy(np.random.default_rng(m + k).standard_normal((m, k)).astype(np.float32))
+        ops.set_isa("scalar")
+        ref = ops.quant_matmul(x, w, F.Q4_K, k).numpy()
+        for isa in ops.supported_isas():
+            ops.set_isa(isa)
+            out = ops.quant_matmul(x, w8, ops.Q4_K_X8, k).numpy()
+            assert rel_max(out, ref) < 1e-5, f"isa={isa} m={m} route={x8_route}"
+            part = ops.quant_matmul_rows(x, w8, ops.Q4_K_X8, k, rows).numpy()
+            assert rel_max(part, ref[:, rows.numpy()]) < 1e-5, f"rows isa={isa} m={m}"
+
+
+def test_x8_is_a_byte_permutation():
+    """Catches the repack losing or duplicating bytes (the model would change silently):
+    dequantising x8 weights, all rows or any rows, is bit-exact with the plain rows, and the
+    bytes are the same multiset."""
+    k = 512
+    w = torch.from_numpy(make_weights(F.Q4_K, 32, k))
+    w8 = ops.repack_q4_k_x8(w, k)
+    assert torch.equal(torch.sort(w8.flatten()).values, torch.sort(w.flatten()).values)
+    assert torch.equal(ops.dequantize(w8, ops.Q4_K_X8, k), ops.dequantize(w, F.Q4_K, k))
+    rows = torch.tensor([31, 0, 7, 8, 8, 17])
+    assert torch.equal(ops.dequantize_rows(w8, ops.Q4_K_X8, k, rows), ops.dequantize_rows(w, F.Q4_K, k, rows))
+
+
+def test_x8_extreme_values_do_not_saturate(x8_route):
+    """Catches int16 overflow in the x8 kernels' sums of 8 nibble products per lane (8 x 2 x 15 x
+    127 = 30,480 is the bound): every weight bit set against activations all +-127."""
+    k = 512
+    blocks = np.full((16, k // 256, 144), 0xFF, np.uint8)
+    for off in SCALE_FIELDS[F.Q4_K]:
+        blocks[:, :, off : off + 2] = np.array([0.01], np.float16).view(np.uint8)
+    w = torch.from_numpy(blocks.reshape(16, -1))
+    w8 = ops.repack_q4_k_x8(w, k)
+    for sign in (1.0, -1.0):
+        x = torch.full((6, k), sign)
+        ops.set_isa("scalar")
+        base = ops.quant_matmul(x, w, F.Q4_K, k).numpy()
+        for isa in ops.supported_isas():
+            ops.set_isa(isa)
+            assert rel_max(ops.quant_matmul(x, w8, ops.Q4_K_X8, k).numpy(), base) < 1e-5, f"{isa} {sign}"
+
+
+def test_x8_bad_shapes_named():
+    """Catches an x8 call on rows that do not form whole groups failing inside a kernel (or
+    reading past the tensor): repack and matmul both name the row count."""
+    w = torch.from_numpy(make_weights(F.Q4_K, 12, 256))
+    with pytest.raises(ValueError, match="multiple of 8 rows, got 12"):
+        ops.repack_q4_k_x8(w, 256)
+    with pytest.raises(ValueError, match="groups of 8 rows, got 12"):
+        ops.quant_matmul(torch.randn(1, 256), w, ops.Q4_K_X8, 256)
+    with pytest.raises(ValueError, match="K=512 needs row_bytes=288"):
+        ops.repack_q4_k_x8(torch.from_numpy(make_weights(F.Q4_K, 16, 256)), 512)

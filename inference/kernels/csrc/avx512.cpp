@@ -203,6 +203,7 @@ void fill_amx(IsaTable& t) {
   t.gemm[T_Q4_K] = gemm_amx<T_Q4_K>;
   t.gemm[T_Q5_K] = gemm_amx<T_Q5_K>;
   t.gemm[T_Q6_K] = gemm_amx<T_Q6_K>;
+  t.gemm[T_Q4_KX8] = nullptr;  // x8 weights reach the tile GEMM through unpacked copies (ops.cpp)
   // The tile GEMM from 16 rows (one full tile of activations); the small-M GEMM below that.
   t.xgemm_lo = 12;
   t.xgemm_hi = 15;

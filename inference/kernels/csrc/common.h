@@ -25,7 +25,10 @@ enum QType : int {
   T_Q5_K = 13,
   T_Q6_K = 14,
   T_BF16 = 30,
-  T_COUNT = 31,
+  // Not a GGML type: Q4_K rows interleaved by 8 at load (the "x8" layout below), an id outside
+  // GGML's range so no file can name it.
+  T_Q4_KX8 = 64,
+  T_COUNT = 65,
 };
 
 // Activations quantised once per call, for the 32-element weight formats: one scale, the integer
@@ -55,7 +58,7 @@ constexpr int block_elems(int t) {
   switch (t) {
     case T_F32: case T_F16: case T_BF16: return 1;
     case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: return QK;
-    case T_Q4_K: case T_Q5_K: case T_Q6_K: return QKK;
+    case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_Q4_KX8: return QKK;
     default: return 0;
   }
 }
@@ -69,7 +72,7 @@ constexpr int block_bytes(int t) {
     case T_Q5_0: return 22;
     case T_Q5_1: return 24;
     case T_Q8_0: return 34;
-    case T_Q4_K: return 144;
+    case T_Q4_K: case T_Q4_KX8: return 144;  // x8: per row, as the rows it holds
     case T_Q5_K: return 176;
     case T_Q6_K: return 210;
     default: return 0;
@@ -193,6 +196,24 @@ using QuantFn = void (*)(const float* x, void* out, int64_t k);
 using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xstride, int mr, float* out,
                         int64_t ostride);
 
+// Q4_K rows interleaved by 8 ("x8", repack.cpp): per super-block i, 1,152 bytes for the 8 rows
+// of a group: d[8] and dmin[8] (fp16), the three 32-bit words of each row's packed 6-bit scales
+// (a[8], b[8], c[8]), then qs: for sub-block pair p (0..3) and element quad t (0..7), 32 bytes
+// whose bytes 4r..4r+3 are row r's qs[32p + 4t .. 32p + 4t + 3]. Same bytes as the 8 plain rows,
+// moved so one 256-bit load holds the same 4 elements of 8 rows: a GEMV then sums 8 rows in the 8
+// lanes of one register, with the scales and mins applied across rows (no horizontal sums, no
+// per-row scalar unpacking).
+constexpr int X8_ROWS = 8;
+constexpr int X8_SB_BYTES = 8 * 144;
+// 8 plain rows (row r at src + r * rb, nsb super-blocks each) -> one x8 group at dst (8 * rb bytes).
+void q4k_x8_pack(const uint8_t* src, int64_t rb, int64_t nsb, uint8_t* dst);
+// Row r of an x8 group back to its plain bytes (dst: nsb * 144 bytes).
+void q4k_x8_unpack_row(const uint8_t* grp, int64_t nsb, int r, uint8_t* dst);
+// mr (1..4) activation rows (row r at x + r * xstride bytes) against one x8 group: the group's 8
+// outputs of row r at out[r * ostride .. + 7].
+using Dot8Fn = void (*)(int64_t n, const uint8_t* grp, const uint8_t* x, size_t xstride, int mr, float* out,
+                        int64_t ostride);
+
 // Output columns [j0, j1) (weight rows rows[j] or j) of all m activation rows, written to
 // out[i * ldo + j]: the panel GEMM (x86_gemm.inc). Null: the caller uses dotm / dot.
 // out[j] = silu(gate[j]) * up[j] = gate / (1 + exp(-gate)) * up for j < n (the MLP's activation).
@@ -245,6 +266,8 @@ struct IsaTable {
   QuantFn quant256;
   DotFn dot[T_COUNT];
   DotMFn dotm[T_COUNT];
+  Dot8Fn dot8_q4k;  // GEMV on Q4_K x8 groups
+  void (*x8_unpack)(const uint8_t* grp, int64_t nsb, uint8_t* dst, int64_t rb);  // a group -> 8 plain rows
   GemmFn gemm[T_COUNT];
   XGemmFn xgemm[T_COUNT];
   int xlanes;  // activation rows per register of xgemm (8: 256-bit, 16: 512-bit)

@@ -210,6 +210,20 @@ void attn_part_scalar(const float* q, int g, int d, const float* kpool, const fl
   }
 }
 
+// The x8 GEMV's reference: each row unpacked to its plain bytes, then the plain Q4_K dot.
+void dot8_q4k_scalar(int64_t n, const uint8_t* grp, const uint8_t* x, size_t xs, int mr, float* out, int64_t os) {
+  const int64_t nsb = n / QKK;
+  std::vector<uint8_t> row(size_t(nsb) * 144);
+  for (int r = 0; r < X8_ROWS; ++r) {
+    q4k_x8_unpack_row(grp, nsb, r, row.data());
+    for (int i = 0; i < mr; ++i) out[i * os + r] = dot_qk45<false>(n, row.data(), x + i * xs);
+  }
+}
+
+void x8_unpack_group_scalar(const uint8_t* grp, int64_t nsb, uint8_t* dst, int64_t rb) {
+  for (int r = 0; r < X8_ROWS; ++r) q4k_x8_unpack_row(grp, nsb, r, dst + r * rb);
+}
+
 }  // namespace
 
 void fill_scalar(IsaTable& t) {
@@ -234,6 +248,8 @@ void fill_scalar(IsaTable& t) {
   t.dot[T_Q4_K] = dot_qk45<false>;
   t.dot[T_Q5_K] = dot_qk45<true>;
   t.dot[T_Q6_K] = dot_q6_k;
+  t.dot8_q4k = dot8_q4k_scalar;
+  t.x8_unpack = x8_unpack_group_scalar;
 }
 
 }  // namespace ragk
