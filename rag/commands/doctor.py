@@ -28,7 +28,8 @@ def _kernels() -> dict[str, Any]:
         return info
     for key, get in (("path", lambda: _library_path(ops)),
                      ("isa", ops.isa), ("supported_isas", lambda: list(ops.supported_isas())),
-                     ("supported_types", lambda: sorted(type_name(t) for t in ops.SUPPORTED_TYPES))):
+                     ("supported_types", lambda: sorted(type_name(t) for t in ops.SUPPORTED_TYPES)),
+                     ("q4_k_interleaved_x8", ops.x8_enabled)):
         try:
             info[key] = get()
         except Exception as e:  # noqa: BLE001 - report what the library says, never crash the report
@@ -68,7 +69,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "cpu": {"model": cpu_model(), "cores": os.cpu_count(),
                 "flags": {f: f in flags for f in ENGINE_FLAGS}},
         "kernels": _kernels(),
-        "env": {k: os.environ.get(k) for k in ("RAG_KERNEL_ISA", "RAG_CPU_ISA")},
+        "env": {k: os.environ.get(k) for k in ("RAG_KERNEL_ISA", "RAG_CPU_ISA", "RAG_KERNEL_X8")},
         "torch": {"version": torch.__version__, "threads": torch.get_num_threads(),
                   "configured_threads": eng.num_threads},
         "engine": {"model": eng.model, "device": device, "quantization": eng.quantization, "dtype": eng.dtype},
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if k["available"]:
         print(f"kernels:      loaded from {k.get('path')}, ISA {k.get('isa')} "
               f"(supported: {', '.join(k.get('supported_isas') or [])})")
-        print(f"              types: {', '.join(k.get('supported_types') or [])}")
+        print(f"              types: {', '.join(k.get('supported_types') or [])}; Q4_K rows interleaved by 8: "
+              f"{'on' if k.get('q4_k_interleaved_x8') is True else 'off (RAG_KERNEL_X8=0)'}")
     else:
         print(f"kernels:      unavailable: {k['load_error']}")
     for key, value in data["env"].items():
