@@ -199,6 +199,11 @@ def quant_matmul(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int) -> torch.
     is 2-3.5x the row kernels and 1.5-3x fp32; on the AVX-512 path (16-row panels, VNNI) a whole
     prefill runs 1.4x faster than dequantise + AVX512-BF16 GEMM (gguf_linear keeps that rule for
     AMX CPUs only).
+
+    `qtype = Q4_K_X8` (weights from `repack_q4_k_x8`): below `set_gemm_min_rows` rows the x8 kernels
+    (8 weight rows per register, 1-4 activation rows per pass, each group read once); from there the
+    panel GEMM packs the groups directly; where a path lacks that (AMX) and for gathered rows the
+    plain kernels read unpacked copies.
     """
     out = _op("quant_matmul")(_as_2d(x), w, qtype, k)
     return out if x.dim() == 2 else out.reshape(*x.shape[:-1], out.shape[-1])
@@ -211,10 +216,13 @@ def quant_matmul_rows(x: torch.Tensor, w: torch.Tensor, qtype: int, k: int, rows
 
 
 def x8_enabled() -> bool:
-    """Whether GGUF layers interleave their Q4_K rows by 8 at load (RAG_KERNEL_X8=0 turns it off,
-    for comparisons): the one-row GEMV then sums 8 rows per register (1.7x per thread on Zen 4,
-    docs/performance.md, session 34); other row counts unpack the rows they read."""
-    return os.environ.get("RAG_KERNEL_X8", "1").strip() not in ("0", "false", "no", "off")
+    """Whether GGUF layers interleave their Q4_K rows by 8 at load: on an x86 SIMD path, unless
+    RAG_KERNEL_X8=0 (for comparisons). The one-row GEMV then sums 8 rows per register (1.4-1.8x per
+    thread on Zen 4, docs/performance.md, session 34)."""
+    if os.environ.get("RAG_KERNEL_X8", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    # the x8 kernels are x86 SIMD code; elsewhere (scalar, NEON) x8 would run the scalar reference
+    return available() and isa() in ("avx2", "avxvnni", "avx512", "amx")
 
 
 def repack_q4_k_x8(w: torch.Tensor, k: int) -> torch.Tensor:

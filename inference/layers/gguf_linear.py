@@ -20,6 +20,14 @@ chunks to bf16 for prompts of >= 128 rows on AMX CPUs; measured there, on a 2-co
 AMX, the kernels' AMX-INT8 tile GEMM ran whole prefills at or above it, and per shape the rule was
 slower at 64-128 rows; it also needed transient float rows). Norms and biases (1-D) stay float32.
 
+Interleaved Q4_K (x8): a layer's Q4_K group with a multiple of 8 rows is repacked once at load
+into the kernels' x8 layout (the same bytes, 8 rows interleaved: `RowGroup.interleaved`), so the
+one-row GEMV of decode sums 8 rows per register with no per-row scale unpacking or horizontal sums:
+1.4-1.8x per thread, at the memory bandwidth of one core on Zen 4 (docs/performance.md, session 34;
+llama.cpp's repacked Q4_K is the same idea). `qtype` stays the file's type (`kernel_qtype` is what the
+kernels read). Not for a head tied to the embedding (its rows are the embedding's, looked up by token),
+nor with RAG_KERNEL_X8=0.
+
 Row tensors are plain attributes, not parameters or buffers: `model.to(bfloat16)` must not round
 an F32 group, and everything here is CPU-only (the kernels are CPU code). Forward takes any float
 dtype and returns the input's dtype; the kernels take float32 activations.

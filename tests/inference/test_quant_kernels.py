@@ -617,3 +617,15 @@ def test_x8_bad_shapes_named():
         ops.quant_matmul(torch.randn(1, 256), w, ops.Q4_K_X8, 256)
     with pytest.raises(ValueError, match="K=512 needs row_bytes=288"):
         ops.repack_q4_k_x8(torch.from_numpy(make_weights(F.Q4_K, 16, 256)), 512)
+
+
+def test_x8_only_where_simd_kernels_read_it(monkeypatch):
+    """Catches layers interleaving Q4_K where only the scalar reference reads x8 (an ARM/NEON
+    machine, or RAG_KERNEL_ISA=scalar): there x8 would turn every decode GEMV into the slow
+    reference. RAG_KERNEL_X8=0 turns it off everywhere."""
+    ops.set_isa("scalar")
+    assert not ops.x8_enabled()
+    ops.set_isa(None)
+    assert ops.x8_enabled() == (ops.isa() in ("avx2", "avxvnni", "avx512", "amx"))
+    monkeypatch.setenv("RAG_KERNEL_X8", "0")
+    assert not ops.x8_enabled()

@@ -27,7 +27,9 @@ def test_doctor_json_reports_cpu_kernels_and_quantization():
     assert (k["load_error"] is None) == k["available"]
     if k["available"]:
         assert k["isa"] in k["supported_isas"] and k["path"]
-        assert k["q4_k_interleaved_x8"] is (env.get("RAG_KERNEL_X8", "1") != "0")  # what the layers will do
+        from inference.kernels import ops
+
+        assert k["q4_k_interleaved_x8"] is ops.x8_enabled()  # what the layers will do here
     plan = EngineConfig(model="smollm2").resolved_quantization("cpu")
     eng = data["engine"]
     assert eng["quantization"] == "auto" and eng["resolved_quantization"] == plan.mode

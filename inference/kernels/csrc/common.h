@@ -205,6 +205,16 @@ using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs
 // per-row scalar unpacking).
 constexpr int X8_ROWS = 8;
 constexpr int X8_SB_BYTES = 8 * 144;
+// Byte offsets inside one super-block of a group.
+constexpr int X8_D = 0, X8_DMIN = 16, X8_A = 32, X8_B = 64, X8_C = 96, X8_QS = 128;
+// Row r's 16-byte plain block header (d, dmin, the 12 scale bytes) from a group's super-block.
+inline void x8_row_header(const uint8_t* sb, int r, uint8_t* hdr) {
+  std::memcpy(hdr, sb + X8_D + 2 * r, 2);
+  std::memcpy(hdr + 2, sb + X8_DMIN + 2 * r, 2);
+  std::memcpy(hdr + 4, sb + X8_A + 4 * r, 4);
+  std::memcpy(hdr + 8, sb + X8_B + 4 * r, 4);
+  std::memcpy(hdr + 12, sb + X8_C + 4 * r, 4);
+}
 // 8 plain rows (row r at src + r * rb, nsb super-blocks each) -> one x8 group at dst (8 * rb bytes).
 void q4k_x8_pack(const uint8_t* src, int64_t rb, int64_t nsb, uint8_t* dst);
 // Row r of an x8 group back to its plain bytes (dst: nsb * 144 bytes).

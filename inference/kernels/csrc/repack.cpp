@@ -6,11 +6,6 @@
 
 namespace ragk {
 
-namespace {
-// Byte offsets inside one super-block of a group.
-constexpr int X8_D = 0, X8_DMIN = 16, X8_A = 32, X8_B = 64, X8_C = 96, X8_QS = 128;
-}  // namespace
-
 void q4k_x8_pack(const uint8_t* src, int64_t rb, int64_t nsb, uint8_t* dst) {
   for (int64_t i = 0; i < nsb; ++i) {
     uint8_t* o = dst + i * X8_SB_BYTES;
@@ -31,11 +26,7 @@ void q4k_x8_unpack_row(const uint8_t* grp, int64_t nsb, int r, uint8_t* dst) {
   for (int64_t i = 0; i < nsb; ++i) {
     const uint8_t* o = grp + i * X8_SB_BYTES;
     uint8_t* b = dst + i * 144;
-    std::memcpy(b, o + X8_D + 2 * r, 2);
-    std::memcpy(b + 2, o + X8_DMIN + 2 * r, 2);
-    std::memcpy(b + 4, o + X8_A + 4 * r, 4);
-    std::memcpy(b + 8, o + X8_B + 4 * r, 4);
-    std::memcpy(b + 12, o + X8_C + 4 * r, 4);
+    x8_row_header(o, r, b);
     for (int p = 0; p < 4; ++p)
       for (int t = 0; t < 8; ++t) std::memcpy(b + 16 + 32 * p + 4 * t, o + X8_QS + (p * 8 + t) * 32 + 4 * r, 4);
   }
