@@ -83,11 +83,11 @@ void check_weight(const at::Tensor& w, int64_t qtype, int64_t k) {
                     "ragk: x8 weights hold groups of 8 rows, got ", w.size(0), " rows");
 }
 
-// The x8 layout reaches the plain Q4_K kernels through copies: f(w, rws, lo, hi, shift) computes
-// output columns shift + j for j in [lo, hi) from weight rows w + (rws ? rws[j] : j) * rb. Plain
-// weights: one call on the tensor itself. x8 weights: chunks of up to 64 rows, each row unpacked
-// from its group into this thread's buffer (a prompt's GEMMs read every weight row many times, so
-// the copy is a small part of their work; the one-row GEMV reads the groups directly).
+// Where no kernel reads x8 groups (gathered rows, dequantisation, the small-M GEMM, AMX's tile
+// GEMM) the plain Q4_K kernels read copies: f(w, rws, lo, hi, shift) computes output columns
+// shift + j for j in [lo, hi) from weight rows w + (rws ? rws[j] : j) * rb. Plain weights: one call
+// on the tensor itself. x8 weights: chunks of up to 64 rows unpacked into this thread's buffer,
+// whole groups at a time (tb.x8_unpack) where the chunk holds them, single rows otherwise.
 template <class F>
 void with_plain_rows(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, int64_t rb, const int64_t* rows,
                      int64_t b, int64_t e, F&& f) {
