@@ -45,10 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-F32 = 0  # GGML type ids that matter here
-Q4_K = 12
-Q4_K_X8 = 64  # not a GGML type: Q4_K rows interleaved by 8 (inference.kernels.formats)
-F16 = 1
+from inference.kernels.formats import F32, Q4_K, Q4_K_X8  # type ids (formats.py loads no library)
+
 Backend = Literal["kernels", "torch"]
 
 
@@ -162,7 +160,7 @@ def merge_groups(groups: Sequence[RowGroup]) -> list[RowGroup]:
     groups of different types (Q4_K_M puts attn_v in Q6_K next to Q4_K q/k) stay apart."""
     out: list[RowGroup] = []
     for g in groups:
-        if out and out[-1].qtype == g.qtype and out[-1].k == g.k and out[-1].x8 == g.x8 and not g.x8:
+        if out and out[-1].qtype == g.qtype and out[-1].k == g.k and not (out[-1].x8 or g.x8):
             out[-1] = RowGroup(torch.cat([out[-1].rows, g.rows]), g.qtype, g.k)
         else:
             out.append(g)
