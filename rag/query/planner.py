@@ -17,8 +17,15 @@ from typing import Any
 from .config import QueryConfig
 from .keywords import entity_filters, extract_entities, load_synonyms, synonyms_for
 
-_LIST = {"type": "object", "properties": {"queries": {"type": "array", "minItems": 1, "maxItems": 8,
-                                                      "items": {"type": "string", "maxLength": 120}}}}
+
+def _queries_schema(n: int) -> dict:
+    """At most `n` queries, the number the plan keeps: the automaton closes the list after the n-th,
+    where a small model otherwise repeats the same query until its token budget runs out (SmolLM2's
+    rewrite: 87 tokens, 3 kept)."""
+    return {"type": "object", "properties": {"queries": {"type": "array", "minItems": 1, "maxItems": n,
+                                                         "items": {"type": "string", "maxLength": 120}}}}
+
+
 _TERMS = {"type": "object", "properties": {"terms": {"type": "array", "minItems": 1, "maxItems": 16,
                                                     "items": {"type": "string", "maxLength": 40}}}}
 
@@ -84,11 +91,11 @@ class QueryPlanner:
             calls.append(_Call("rewrite", (
                 "Rewrite the question below as standalone search queries in plain, common words. If it asks "
                 f"several things, give one query per part (at most {c.rewrite.max_subqueries}). "
-                'Answer as JSON {"queries": [...]}.'), _LIST, 96))
+                'Answer as JSON {"queries": [...]}.'), _queries_schema(c.rewrite.max_subqueries), 96))
         if c.multi_query.enabled:
             calls.append(_Call("multi_query", (
                 f"Write {c.multi_query.n} different paraphrases of the question below, each a full search "
-                'query. Answer as JSON {"queries": [...]}.'), _LIST, 128))
+                'query. Answer as JSON {"queries": [...]}.'), _queries_schema(c.multi_query.n), 128))
         if c.hyde.enabled:
             calls.append(_Call("hyde", (
                 "Write a short factual passage, as found in a reference document, that answers the "
