@@ -8,7 +8,7 @@ this module is that `GraphLLM` over a `rag.generation.Generator`. Why it is shap
   engine in one `generate` call, so the scheduler batches their decode steps;
 - prefix-cached: the fixed part (system prompt + extraction instruction) is the system message,
   so every prompt starts with the same tokens and the engine's prefix cache computes them once;
-- constrained and short: replies are masked to `retrieval/triples.py: SCHEMA` (a few
+- constrained and short: replies are masked to `retrieval/triples.py: schema` (a few
   head/relation/tail objects) and capped at `llm_max_tokens`; a backend without logits processors
   (remote) is asked the same, and what does not parse is skipped and counted by the graph;
 - lazy: the generator is built on the first call, so a sync with nothing new never loads a model.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from retrieval.config import GraphConfig
-from retrieval.triples import EXAMPLE, INSTRUCTION, SCHEMA
+from retrieval.triples import EXAMPLE, INSTRUCTION, schema
 
 _SYSTEM = "You extract structured facts from text for a knowledge graph. Reply only in the format asked."
 _SUMMARY = ("Below are names that occur together in a document collection and passages that mention them. "
@@ -71,7 +71,7 @@ class EngineGraphLLM:
         system = f"{_SYSTEM}\n\n{INSTRUCTION}"  # with the example: the shared prefix of every prompt
         example = (_passage(EXAMPLE[0], EXAMPLE[1]), EXAMPLE[2])
         prompts = [self._prompt(system, _passage(title, text), example) for title, text in chunks]
-        return self._generate(prompts, SCHEMA)
+        return self._generate(prompts, schema(self.cfg.llm_max_triples))
 
     def summaries(self, communities: Sequence[tuple[list[str], list[str]]]) -> list[str]:
         prompts = [self._prompt(_SYSTEM, f"{_SUMMARY}\n\nNames: {', '.join(names)}\n\nPassages:\n"

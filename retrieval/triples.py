@@ -1,7 +1,7 @@
 """The LLM triple format of `retrieval.graph.extractor: llm|both`: schema, instruction and parser.
 
 Why here and not beside the engine call (rag/graph_llm.py): the graph decides what a valid reply
-is, and retrieval cannot import the engine. The reply is JSON constrained by `SCHEMA` (the engine
+is, and retrieval cannot import the engine. The reply is JSON constrained by `schema()` (the engine
 masks every token outside it), short on purpose: small models write a few (head, relation, tail)
 objects well and long free-form lists badly. At least one triple is asked for: offered an empty
 list, the packaged 0.5B model replied `{"triples":[]}` to every passage (docs/results.md). The
@@ -19,19 +19,24 @@ import json
 
 from .entities import normalize
 
-MAX_TRIPLES = 4
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "triples": {
-            "type": "array", "minItems": 1, "maxItems": MAX_TRIPLES,
-            "items": {"type": "object", "properties": {
-                "head": {"type": "string", "maxLength": 48},
-                "relation": {"type": "string", "maxLength": 32},
-                "tail": {"type": "string", "maxLength": 48}}},
+
+def schema(max_triples: int) -> dict:
+    """The reply's JSON schema: 1 to `max_triples` (`retrieval.graph.llm_max_triples`, the number the
+    graph keeps) head/relation/tail objects; the list is closed after the last one kept, so no
+    token is spent on triples the graph would drop."""
+    return {
+        "type": "object",
+        "properties": {
+            "triples": {
+                "type": "array", "minItems": 1, "maxItems": max_triples,
+                "items": {"type": "object", "properties": {
+                    "head": {"type": "string", "maxLength": 48},
+                    "relation": {"type": "string", "maxLength": 32},
+                    "tail": {"type": "string", "maxLength": 48}}},
+            },
         },
-    },
-}
+    }
+
 
 INSTRUCTION = (
     "Extract facts from the passage as (head, relation, tail) triples. head and tail are names of "

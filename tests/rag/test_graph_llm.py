@@ -31,11 +31,14 @@ def _store(tmp_path, docs=DOCS) -> DocumentStore:
 
 
 class OneBadReply(EngineGraphLLM):
-    """The real engine's replies, with the first one replaced by what an unconstrained model
-    might say: the graph must skip it and count it."""
+    """The real engine's replies (kept in `real`), with the first one replaced by what an
+    unconstrained model might say: the graph must skip it and count it."""
+
+    real: list[str]
 
     def triples(self, chunks):
         out = super().triples(chunks)
+        self.real = list(out)
         out[0] = "Sure! Here are the triples: Marie Curie | born in | Warsaw"
         return out
 
@@ -71,14 +74,12 @@ def test_parser_drops_triples_the_passage_does_not_write():
 def test_smollm2_triples_batched_parsed_and_become_relations(pipeline, tmp_path):
     gen = pipeline.generator
     cfg = GraphConfig.model_validate(LLM_CFG["graph"])
-    llm = EngineGraphLLM(lambda: gen, cfg)
-    replies = llm.triples([(title, text) for _, title, text in DOCS])
-    assert len(replies) == 3 and llm.calls == 1  # one batched engine call
-    assert all(parse_triples(r) is not None for r in replies), replies  # constrained: always valid output
-
     store = _store(tmp_path)
-    r = Retriever.from_config(LLM_CFG, store, tmp_path / "idx", graph_llm=OneBadReply(lambda: gen, cfg))
+    llm = OneBadReply(lambda: gen, cfg)
+    r = Retriever.from_config(LLM_CFG, store, tmp_path / "idx", graph_llm=llm)
     stats = r.sync()["default"]
+    assert len(llm.real) == 3 and llm.calls == 1  # the three chunks in one batched engine call
+    assert all(parse_triples(r) is not None for r in llm.real), llm.real  # constrained: always valid output
     assert stats["graph_skipped_replies"] == 1  # the bad reply: skipped and counted, the ingest went on
     g = r.index("default").graph
     assert g.skipped_replies == 1 and g.stats()["skipped_replies"] == 1
