@@ -24,7 +24,8 @@ from pathlib import Path
 from inference.cache_dir import cache_root
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("dispatch.cpp", "scalar.cpp", "dequant.cpp", "avx2.cpp", "avxvnni.cpp", "avx512.cpp", "neon.cpp", "repack.cpp", "ops.cpp", "fused.cpp", "attention.cpp")
+SOURCES = ("dispatch.cpp", "scalar.cpp", "dequant.cpp", "avx2.cpp", "avxvnni.cpp", "avx512.cpp", "neon.cpp", "repack.cpp",
+           "ops.cpp", "fused.cpp", "attention.cpp", "float_rows.cpp")
 LIB_NAME = "libragk.so"
 # -ffp-contract=off: dequantisation must round exactly like gguf's numpy reference.
 CFLAGS = ("-O3", "-std=c++17", "-fPIC", "-fopenmp", "-ffp-contract=off", "-fvisibility=hidden", "-w")

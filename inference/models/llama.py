@@ -7,7 +7,8 @@ Qwen3 normalises q and k per head before RoPE. Q/K/V and gate/up are fused into 
 `enable_fused_ops()` (the GGUF-block loader calls it) swaps the elementwise torch ops of each
 layer for the native kernels' fused ones (RMSNorm with the residual add, in-place RoPE on the
 qkv rows, SiLU-and-multiply): ~60 small torch ops per layer become ~10 calls. Float32 HF weights
-keep the torch ops, which match transformers bit for bit.
+keep the torch ops, which match transformers bit for bit; their linear layers split decode-sized
+calls across the intra-op threads where that gives F.linear's bits (inference/layers/row_split.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from inference.layers.attention import paged_attention
 from inference.layers.metadata import AttentionMetadata
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import RotaryEmbedding
+from inference.layers.row_split import RowSplitLinear, linear
 
 
 def _ops():
@@ -39,9 +41,9 @@ class Attention(nn.Module):
         qkv_bias = cfg.model_type == "qwen2" or bool(getattr(cfg, "attention_bias", False))
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size,
-                                bias=bool(getattr(cfg, "attention_bias", False)) and cfg.model_type != "qwen2")
+        self.qkv_proj = RowSplitLinear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj = RowSplitLinear(self.q_size, cfg.hidden_size,
+                                     bias=bool(getattr(cfg, "attention_bias", False)) and cfg.model_type != "qwen2")
         self.qk_norm = cfg.model_type == "qwen3"
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
@@ -75,8 +77,8 @@ class MLP(nn.Module):
     def __init__(self, cfg) -> None:
         super().__init__()
         self.inter = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = RowSplitLinear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = RowSplitLinear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -113,7 +115,7 @@ class LlamaForCausalLM(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.tied = bool(getattr(cfg, "tie_word_embeddings", False))
         if not self.tied:
-            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            self.lm_head = RowSplitLinear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     @property
     def num_kv_heads(self) -> int:
@@ -184,7 +186,7 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.tied:
-            return F.linear(hidden, self.embed_tokens.weight).float()
+            return linear(hidden, self.embed_tokens.weight).float()
         return self.lm_head(hidden).float()
 
     def compute_logits_rows(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -60,7 +60,7 @@ def int8_llm(engine_factory):
 def test_int8_converts_every_linear_and_the_head(int8_llm):
     """Catches a layer silently left in float (or the tied head computed from the float embedding)."""
     model = int8_llm.engine.model
-    assert not any(type(m) is nn.Linear for m in model.modules())
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
     n_layers = len(model.layers)
     assert sum(isinstance(m, Int8Linear) for m in model.modules()) == 4 * n_layers + 1
     assert isinstance(model.lm_head, Int8Linear) and model.embed_tokens.weight.dtype == torch.float32
