@@ -11,9 +11,12 @@ so greedy output and the HF parity of the float32 path do not move (Zen 4, MKL: 
 multiples of 16 weight rows matched at 1-4 and 8 activation rows, not at 5-7, nor odd cuts at
 any). 2-D activations only (the engine's flattened batch; 3-D ones take another torch path).
 Without the native kernels, on one thread, with gradients, on CUDA or for bf16: F.linear.
+`RAG_ROW_SPLIT=0` turns it off (for comparisons).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +26,13 @@ ALIGN = 64  # rows per block handed to a thread: a multiple of any GEMV row bloc
 MAX_ROWS = 8  # activation rows up to which torch's GEMV path runs on one thread (decode, small batches)
 MIN_BYTES = 1 << 20  # smaller weights: a thread hand-off (~5-10 us) costs about what the split saves
 
+ENABLED = os.environ.get("RAG_ROW_SPLIT", "1").strip().lower() not in ("0", "false", "no", "off")
 _same: dict[tuple[int, int, bool, int], bool] = {}  # (N, K, bias, M) -> the split gave F.linear's bits
 
 
 def _eligible(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    if not ENABLED:
+        return False
     if weight.dtype != torch.float32 or x.dtype != torch.float32 or weight.device.type != "cpu":
         return False
     if weight.numel() * 4 < MIN_BYTES or weight.shape[0] < 2 * ALIGN or torch.get_num_threads() < 2:
