@@ -16,9 +16,7 @@ quantised data: `unpermute` applied to a row-index array gives the order, exactl
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -134,9 +132,7 @@ def load_gguf_model(gguf_path: str | Path, hf_config, backend: Backend = "kernel
     dequantise for the torch backend).
     """
     src = _Tensors(Path(gguf_path), backend, mode == "gguf", supported)
-    with torch.device("meta"), _no_param_init():
-        model = build_model(hf_config)
-    _fill_rotary(model, hf_config)
+    model = build_model(hf_config, device="meta")
     for i, layer in enumerate(model.layers):
         p = f"model.layers.{i}."
         attn, mlp = layer.self_attn, layer.mlp
@@ -174,34 +170,7 @@ def load_gguf_model(gguf_path: str | Path, hf_config, backend: Backend = "kernel
     return model.eval()
 
 
-@contextlib.contextmanager
-def _no_param_init() -> Iterator[None]:
-    """Skip nn.Linear / nn.Embedding random initialisation while building on the meta device.
-
-    Why: meta tensors hold no data, and initialising them runs through torch._refs, whose import
-    pulls in torch._dynamo and triton: ~143 MB of resident memory for nothing (the 1.5B engine's
-    RSS target is 1.5 GB)."""
-    saved = [(cls, cls.reset_parameters) for cls in (nn.Linear, nn.Embedding)]
-    try:
-        for cls, _ in saved:
-            cls.reset_parameters = lambda self: None
-        yield
-    finally:
-        for cls, fn in saved:
-            cls.reset_parameters = fn
-
-
 def _set_norm(norm: nn.Module, weight: torch.Tensor) -> None:
     if norm.weight.shape != weight.shape:
         raise ValueError(f"norm weight has shape {tuple(weight.shape)}, expected {tuple(norm.weight.shape)}")
     norm.weight = nn.Parameter(weight, requires_grad=False)
-
-
-def _fill_rotary(model: nn.Module, hf_config) -> None:
-    """The meta build left the RoPE table empty: compute it for real. Every attention layer holds
-    the same module, so setting its buffers fixes them all."""
-    from inference.layers.rotary import RotaryEmbedding
-
-    max_positions, head_dim = model.rotary.cos.shape
-    fresh = RotaryEmbedding(head_dim, max_positions, hf_config)
-    model.rotary.cos, model.rotary.sin = fresh.cos, fresh.sin

@@ -82,3 +82,28 @@ def test_tokenizer_drops_its_python_vocabulary_copies(model_dir):
     assert len(ours) == len(ref) and ours.eos_token_id == ref.eos_token_id
     msgs = [{"role": "user", "content": "hi"}]
     assert ours.apply_chat_template(msgs, tokenize=False) == ref.apply_chat_template(msgs, tokenize=False)
+
+
+def test_build_model_allocates_every_weight_and_computes_the_rope_table(model_dir):
+    """Bugs caught: the uninitialised build leaving a weight on the meta device (no storage: the
+    load would fail or, worse, a buffer stay garbage), the RoPE table left as `to_empty`'s
+    uninitialised memory, and a checkpoint missing a weight loading silently into that memory."""
+    import pytest
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from inference.layers.rotary import RotaryEmbedding
+    from inference.models import build_model
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    model = build_model(cfg)
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    max_positions, head_dim = model.rotary.cos.shape
+    fresh = RotaryEmbedding(head_dim, max_positions, cfg)
+    assert torch.equal(model.rotary.cos, fresh.cos) and torch.equal(model.rotary.sin, fresh.sin)
+    assert all(t.is_meta for t in build_model(cfg, device="meta").parameters())
+    state = load_file(str(model_dir / "model.safetensors"))
+    state.pop("model.layers.3.mlp.down_proj.weight")
+    with pytest.raises((KeyError, ValueError), match="down_proj"):
+        model.load_hf_state_dict(state)
