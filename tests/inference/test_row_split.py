@@ -52,7 +52,7 @@ def test_split_is_bit_identical_to_f_linear(two_threads, calls, n, k, bias):
             got = row_split.linear(x, w, b)
             assert got.shape == (*shape[:-1], n) and torch.equal(got, F.linear(x, w, b)), shape
     # each row count checked once (one split call), then split on both its calls where it matched
-    ok = [row_split._same[(n, k, bias, m)] for m in range(1, row_split.MAX_ROWS + 1)]
+    ok = [row_split._same[(n, k, k, 1, bias, m)] for m in range(1, row_split.MAX_ROWS + 1)]
     assert len(calls) == len(ok) + 2 * sum(ok), (len(calls), ok)
 
 
@@ -64,13 +64,13 @@ def test_a_split_that_differs_is_never_used(two_threads, calls, monkeypatch):
     x = torch.randn(1, 512)
     with torch.inference_mode():
         assert torch.equal(row_split.linear(x, w), F.linear(x, w))
-    assert row_split._same[(2048, 512, False, 1)] is False
+    assert row_split._same[(2048, 512, 512, 1, False, 1)] is False
 
 
 def test_not_split_where_it_cannot_help_or_must_not_run(two_threads, calls):
     """Bugs caught: a split on one thread (pure overhead), under autograd (the op has no backward),
-    for a prefill-sized batch (torch's GEMM already uses every thread), for a small weight, or for
-    bf16."""
+    for a prefill-sized batch (torch's GEMM already uses every thread), for a small weight, for
+    bf16, or for strided activations (F.linear may read those another way)."""
     w = torch.randn(2048, 512)
     torch.set_num_threads(1)
     try:
@@ -85,6 +85,7 @@ def test_not_split_where_it_cannot_help_or_must_not_run(two_threads, calls):
         row_split.linear(torch.randn(row_split.MAX_ROWS + 1, 512), w)
         row_split.linear(torch.randn(1, 64), torch.randn(256, 64))
         row_split.linear(torch.randn(1, 512, dtype=torch.bfloat16), w.bfloat16())
+        row_split.linear(torch.randn(2, 1024)[:, ::2], w)
     assert calls == []
     with torch.inference_mode():
         row_split.linear(torch.randn(1, 512), w)
@@ -116,4 +117,7 @@ def test_float32_model_layers_and_head_run_the_split(llm):
             model.compute_logits(torch.randn(1, model.config.hidden_size))
     finally:
         llama.linear = old
-    assert seen == [(model.vocab_rows, model.config.hidden_size)] or not model.tied
+    if model.tied:
+        assert seen == [(model.vocab_rows, model.config.hidden_size)]
+    else:
+        assert isinstance(model.lm_head, row_split.RowSplitLinear)
