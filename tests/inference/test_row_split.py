@@ -121,3 +121,18 @@ def test_float32_model_layers_and_head_run_the_split(llm):
         assert seen == [(model.vocab_rows, model.config.hidden_size)]
     else:
         assert isinstance(model.lm_head, row_split.RowSplitLinear)
+
+
+def test_the_split_op_computes_the_product_on_its_own(two_threads):
+    """The op itself, whatever the per-shape check decides on this CPU (there it may be rejected for
+    other bits and never run). Bugs caught: a block past the last whole one dropped or doubled, a
+    bias sliced to other rows, rows written to another block's columns, a wrong shape."""
+    g = torch.Generator().manual_seed(1)
+    for n, k in [(1000, 96), (64 * 3, 128), (4096 + 17, 64)]:
+        w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+        for m in range(1, row_split.MAX_ROWS + 1):
+            x = torch.randn(m, k, generator=g)
+            with torch.inference_mode():
+                got = row_split._split(x, w, b)
+            assert got.shape == (m, n)
+            torch.testing.assert_close(got, F.linear(x, w, b), rtol=1e-5, atol=1e-4)
