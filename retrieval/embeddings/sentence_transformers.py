@@ -15,6 +15,7 @@ import numpy as np
 from ..config import EmbedderConfig
 from .base import Embedder, l2_normalize, register
 from .models import canonical_model_name, resolve_embedding_model
+from .pooled import PooledEncoder
 from .windows import mean_by_owner, split_windows
 
 log = logging.getLogger(__name__)
@@ -34,12 +35,15 @@ def pick_device(device: str) -> str:
 
 class SentenceTransformerEmbedder(Embedder):
     def __init__(self, cfg: EmbedderConfig):
-        from sentence_transformers import SentenceTransformer
-
         self.cfg = cfg
         self.device = pick_device(cfg.device)
         path = resolve_embedding_model(cfg.resolved_model())
-        self.model = SentenceTransformer(path, device=self.device)
+        # the common transformer + pooling layout runs without importing sentence-transformers (pooled.py)
+        self.model = PooledEncoder.load(path, self.device)
+        if self.model is None:
+            from sentence_transformers import SentenceTransformer
+
+            self.model = SentenceTransformer(path, device=self.device)
         if cfg.max_seq_length:
             self.model.max_seq_length = cfg.max_seq_length
         if cfg.dtype != "float32":
