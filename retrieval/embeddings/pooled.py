@@ -1,8 +1,8 @@
 """Sentence-transformers model directories of the common shape, run on transformers directly.
 
-Why: `import sentence_transformers` costs ~3.4 s per process on a 2-core CPU (it pulls in
-scikit-learn, its trainers and ONNX/OpenVINO exporters) before a model is even read, and every
-`rag ask`, `rag index` or `rag search` paid it. Most embedders on disk (the packaged MiniLM, the
+Why: `import sentence_transformers` pulls in scikit-learn, its trainers and ONNX/OpenVINO
+exporters before a model is even read, and every `rag ask`, `rag index` or `rag search` paid it:
+a fresh process's first query vector took 6.2-6.7 s with it and 4.6-4.9 s without (Zen 4, 2 cores). Most embedders on disk (the packaged MiniLM, the
 converted multilingual E5, models `rag embed train` writes) are a transformer, a mean or CLS
 pooling and an optional L2 normalisation: that is a tokenizer call, a forward and a masked mean.
 `PooledEncoder.load` takes such a directory and returns None for anything else (dense layers,

@@ -84,7 +84,7 @@ def test_other_layouts_are_left_to_sentence_transformers(minilm_dir, tmp_path):
 
 def test_default_embedder_does_not_import_sentence_transformers():
     """Catches the default English embedder going back through sentence-transformers, whose import
-    alone cost every `rag ask` / `rag index` process ~3.4 s on a 2-core CPU."""
+    cost every `rag ask` / `rag index` process ~1.5 s of its start on a 2-core CPU."""
     code = ("import sys\nfrom retrieval.config import EmbedderConfig\nfrom retrieval.embeddings import make_embedder\n"
             "e = make_embedder(EmbedderConfig(cache=False))\nv = e.encode_queries(['what is a qubit'])\n"
             "print(type(e.model).__name__, v.shape, 'sentence_transformers' in sys.modules)")
