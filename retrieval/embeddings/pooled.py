@@ -2,11 +2,13 @@
 
 Why: `import sentence_transformers` pulls in scikit-learn, its trainers and ONNX/OpenVINO
 exporters before a model is even read, and every `rag ask`, `rag index` or `rag search` paid it:
-a fresh process's first query vector took 6.2-6.7 s with it and 4.6-4.9 s without (Zen 4, 2 cores). Most embedders on disk (the packaged MiniLM, the
-converted multilingual E5, models `rag embed train` writes) are a transformer, a mean or CLS
-pooling and an optional L2 normalisation: that is a tokenizer call, a forward and a masked mean.
+a fresh process's first query vector took 6.2-6.7 s with it and 4.6-4.9 s without (Zen 4,
+2 cores). The packaged MiniLM and the converted multilingual E5 are directories in the classic
+format (`sentence_bert_config.json` with `max_seq_length`) holding a transformer, a mean or CLS
+pooling and an optional L2 normalisation: a tokenizer call, a forward and a masked mean.
 `PooledEncoder.load` takes such a directory and returns None for anything else (dense layers,
-other poolings, hub ids), which sentence-transformers then loads as before. The vectors match
+other poolings, lower-casing, a default prompt, sentence-transformers 5+'s own save format, hub
+ids), which sentence-transformers then loads as before. The vectors match
 sentence-transformers' own to float rounding (tests/retrieval/test_pooled_encoder.py), so the
 embedder's name, and every index built with it, stays the same.
 """
@@ -20,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-_TRANSFORMER = {"sentence_transformers.models.Transformer", "sentence_transformers.base.modules.Transformer"}
-_POOLING = {"sentence_transformers.models.Pooling", "sentence_transformers.sentence_transformer.modules.Pooling"}
-_NORMALIZE = {"sentence_transformers.models.Normalize", "sentence_transformers.base.modules.Normalize"}
+# module types as the classic format names them (newer saves name their own classes and configs)
+_TRANSFORMER = "sentence_transformers.models.Transformer"
+_POOLING = "sentence_transformers.models.Pooling"
+_NORMALIZE = "sentence_transformers.models.Normalize"
 _OTHER_MODES = ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens",
                 "pooling_mode_lasttoken")
 
@@ -42,10 +45,13 @@ def plain_layout(path: str | Path) -> tuple[str, int, bool] | None:
     if not isinstance(modules, list) or len(modules) not in (2, 3):
         return None
     types = [m.get("type") for m in modules]
-    if types[0] not in _TRANSFORMER or modules[0].get("path") not in ("", None) or types[1] not in _POOLING:
+    if types[0] != _TRANSFORMER or modules[0].get("path") not in ("", None) or types[1] != _POOLING:
         return None
-    if len(types) == 3 and types[2] not in _NORMALIZE:
+    if len(types) == 3 and types[2] != _NORMALIZE:
         return None
+    st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
+    if not isinstance(st_cfg, dict) or st_cfg.get("default_prompt_name"):
+        return None  # sentence-transformers would put a prompt before every text
     pool = _read_json(root / modules[1]["path"] / "config.json")
     st = _read_json(root / "sentence_bert_config.json")
     if not isinstance(pool, dict) or not isinstance(st, dict) or st.get("do_lower_case"):

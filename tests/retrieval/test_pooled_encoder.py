@@ -64,7 +64,8 @@ def test_vectors_equal_sentence_transformers(minilm_dir, tmp_path):
 
 def test_other_layouts_are_left_to_sentence_transformers(minilm_dir, tmp_path):
     """Catches the light path taking a model it would embed wrongly: max pooling, a dense layer
-    after the pooling, lower-casing, or a hub id (no local directory)."""
+    after the pooling, lower-casing, a default prompt, a format it does not read (the current
+    save format keeps its length elsewhere), or a hub id (no local directory)."""
     from retrieval.config import EmbedderConfig
     from retrieval.embeddings.sentence_transformers import SentenceTransformerEmbedder
 
@@ -75,8 +76,16 @@ def test_other_layouts_are_left_to_sentence_transformers(minilm_dir, tmp_path):
     lower = _variant(minilm_dir, tmp_path / "lower", {"pooling_mode_mean_tokens": True}, [*MODULES, NORMALIZE])
     (lower / "sentence_bert_config.json").unlink()
     (lower / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
-    for d in (maxpool, dense, lower):
-        assert plain_layout(d) is None and PooledEncoder.load(d) is None
+    prompted = _variant(minilm_dir, tmp_path / "prompted", {"pooling_mode_mean_tokens": True}, [*MODULES, NORMALIZE])
+    (prompted / "config_sentence_transformers.json").unlink()
+    (prompted / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: "}, "default_prompt_name": "query"}))
+    from sentence_transformers import SentenceTransformer
+
+    resaved = tmp_path / "resaved"  # sentence-transformers' own current save format
+    SentenceTransformer(str(minilm_dir), device="cpu").save(str(resaved))
+    for d in (maxpool, dense, lower, prompted, resaved):
+        assert plain_layout(d) is None and PooledEncoder.load(d) is None, d
     assert PooledEncoder.load("sentence-transformers/all-MiniLM-L6-v2") is None
     emb = SentenceTransformerEmbedder(EmbedderConfig(model=str(maxpool), cache=False))
     assert type(emb.model).__name__ == "SentenceTransformer"
