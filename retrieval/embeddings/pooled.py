@@ -7,7 +7,7 @@ a fresh process's first query vector took 6.2-6.7 s with it and 4.6-4.9 s withou
 format (`sentence_bert_config.json` with `max_seq_length`) holding a transformer, a mean or CLS
 pooling and an optional L2 normalisation: a tokenizer call, a forward and a masked mean.
 `PooledEncoder.load` takes such a directory and returns None for anything else (dense layers,
-other poolings, lower-casing, a default prompt, sentence-transformers 5+'s own save format, hub
+other poolings, lower-casing, a default prompt, sentence-transformers' current save format, hub
 ids), which sentence-transformers then loads as before. The vectors match
 sentence-transformers' own to float rounding (tests/retrieval/test_pooled_encoder.py), so the
 embedder's name, and every index built with it, stays the same.
@@ -42,8 +42,8 @@ def plain_layout(path: str | Path) -> tuple[str, int, bool] | None:
     [-> normalize] directory; None for any other model."""
     root = Path(path)
     modules = _read_json(root / "modules.json")
-    if not isinstance(modules, list) or len(modules) not in (2, 3):
-        return None
+    if not isinstance(modules, list) or len(modules) not in (2, 3) or not all(isinstance(m, dict) for m in modules):
+        return None  # malformed: sentence-transformers loads it and says what is wrong
     types = [m.get("type") for m in modules]
     if types[0] != _TRANSFORMER or modules[0].get("path") not in ("", None) or types[1] != _POOLING:
         return None
@@ -52,7 +52,7 @@ def plain_layout(path: str | Path) -> tuple[str, int, bool] | None:
     st_cfg = _read_json(root / "config_sentence_transformers.json") or {}
     if not isinstance(st_cfg, dict) or st_cfg.get("default_prompt_name"):
         return None  # sentence-transformers would put a prompt before every text
-    pool = _read_json(root / modules[1]["path"] / "config.json")
+    pool = _read_json(root / str(modules[1].get("path", "")) / "config.json")
     st = _read_json(root / "sentence_bert_config.json")
     if not isinstance(pool, dict) or not isinstance(st, dict) or st.get("do_lower_case"):
         return None
