@@ -16,6 +16,7 @@ from typing import Any
 
 from .graph_rows import graph_schema
 from .sql_store import CHUNK_COLS, Outcome, SqlDocumentStore, store_schema
+from .sqlite_connect import connect_wal
 
 __all__ = ["DocumentStore", "Outcome"]
 
@@ -31,10 +32,8 @@ class DocumentStore(SqlDocumentStore):
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = connect_wal(self.path)
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
         self._db.executescript(_SCHEMA)
         self._db.executescript(graph_schema("BLOB", "TEXT"))
 

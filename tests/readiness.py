@@ -58,14 +58,13 @@ def wait_http(url: str, what: str, timeout: float, alive: Callable[[], str | Non
     """Wait until GET `url` answers 200 (or anything, with `any_status`)."""
     import httpx
 
-    # one client for the whole wait: `httpx.get` builds a client, and its TLS context, every poll
-    # (~30 ms of CPU each, taken from the service starting on the other core)
-    with httpx.Client(timeout=5) as client:
-        def probe() -> bool:
-            r = client.get(url)
-            return any_status or r.status_code == 200
+    # a fresh connection every poll (`httpx.get`): a kept-alive one stays with one worker of a
+    # multi-worker server, and a wait for "any worker ready" would only ever ask that one
+    def probe() -> bool:
+        r = httpx.get(url, timeout=5)
+        return any_status or r.status_code == 200
 
-        wait_for(probe, what, timeout, alive, log, interval=0.2)
+    wait_for(probe, what, timeout, alive, log, interval=0.2)
 
 
 def process_alive(proc) -> Callable[[], str | None]:

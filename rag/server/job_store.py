@@ -8,12 +8,13 @@ small `JobStore` protocol, so another backend (Postgres) implements the same fiv
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from indexing.sqlite_connect import connect_wal
 
 UNFINISHED = ("queued", "running")
 
@@ -73,10 +74,9 @@ class SqliteJobStore:
     """Jobs in the store's SQLite file (WAL, so the store's readers never wait on a job update)."""
 
     def __init__(self, path: str | Path):
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db = connect_wal(path)
         self._lock = threading.Lock()
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, collection TEXT NOT NULL,"
                 " status TEXT NOT NULL, created REAL, started REAL, finished REAL, report TEXT, error TEXT,"

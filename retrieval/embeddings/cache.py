@@ -6,13 +6,13 @@ never re-embeds them; only texts whose hash is unseen for this embedder go to th
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from indexing.sqlite_connect import connect_wal
 from indexing.types import content_hash
 
 from .base import Embedder
@@ -24,9 +24,7 @@ class EmbeddingCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fp16 = fp16
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db = connect_wal(self.path)
         self._db.execute("CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, hash TEXT NOT NULL, "
                          "dtype TEXT NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, hash))")
 
