@@ -19,6 +19,10 @@ Q = "In which town was the founder of the Harbour Rowing Club born?"
      Split("Who founded the Harbour Rowing Club?", "In which town was #1 born?")),
     # a one-fact question restated, with some other question after it
     (f"1. {Q}\n2. What river flows through #1?", None),
+    # ... reworded, or with words added: it still asks everything the question asks
+    ("1. What town was the founder of the Harbour Rowing Club born in?\n2. What river flows through #1?", None),
+    ("1. What is the name of the town where the founder of the Harbour Rowing Club was born?\n"
+     "2. What river flows through #1?", None),
     ("1. Who founded the Harbour Rowing Club?\n2. Where was the founder born?", None),  # no #1
     ("1. Who founded #1?\n2. In which town was #1 born?", None),  # the first names what it should find
     ("none", None),
@@ -26,9 +30,59 @@ Q = "In which town was the founder of the Harbour Rowing Club born?"
     ("1. Who presented the bid?\n2. When was #1 born?", None),
 ])
 def test_only_a_real_split_is_one(written: str, split: Split | None) -> None:
-    """Bug caught: a restated question (the 0.5B's usual reply) or a second question that does not
-    use the first one's answer taken as a two-step split."""
+    """Bug caught: a restated question (the 0.5B's usual reply, and the 1.5B's on single-fact
+    questions, reworded) or a second question that does not use the first one's answer taken as a
+    two-step split (each costs one more short answer, refused like the question was)."""
     assert parse_split(Q, written) == split
+
+
+class _Scripted:
+    """A generator whose stream spells `reply` a few characters at a time (the writer's side of
+    the generator protocol only), recording how much was read and whether the stream was closed."""
+
+    class tokenizer:  # noqa: N801 - stands in for the attribute
+        @staticmethod
+        def apply_chat_template(messages, tokenize=False, add_generation_prompt=True) -> str:
+            return messages[-1]["content"]
+
+    def __init__(self, reply: str) -> None:
+        self.reply, self.read, self.closed = reply, 0, False
+
+    async def astream(self, prompt, params):
+        from types import SimpleNamespace
+
+        try:
+            for end in range(4, len(self.reply) + 4, 4):
+                self.read = min(end, len(self.reply))
+                yield SimpleNamespace(text=self.reply[:self.read])
+        finally:
+            self.closed = self.read < len(self.reply)
+
+
+@pytest.mark.parametrize(("reply", "cut"), [
+    (f"1. {Q}\n2. What river flows through #1?", True),  # the question itself: no split, whatever follows
+    ("1. What town was the founder of the Harbour Rowing Club born in?\n2. Which river is near #1?", True),
+    ("1. Who founded the Harbour Rowing Club?\n2. In which town was #1 born?", False),
+    ("Sure.\n1. Who founded the Harbour Rowing Club?\n2. In which town was #1 born?", False),
+])
+def test_the_writer_stops_once_its_first_line_is_no_first_step(reply: str, cut: bool) -> None:
+    """Bug caught: the writer decoding a second line that cannot make a split (~1 s with the 1.5B
+    on AVX2 cores, for most refused single-fact questions), or cutting a reply that could be one
+    (a good first line, a preamble before the numbered lines)."""
+    import asyncio
+
+    from rag.answering.two_hop import awrite
+
+    gen = _Scripted(reply)
+    written = asyncio.run(awrite(gen, Q))
+    assert gen.closed is cut
+    if cut:
+        first_line = reply.split("\n")[0]
+        # stopped at the chunk that ended the first line
+        assert written.startswith(first_line + "\n") and len(written) <= len(first_line) + 4
+        assert parse_split(Q, written) is None
+    else:
+        assert written == reply and parse_split(Q, written) is not None
 
 
 @pytest.mark.parametrize(("answer", "ok"), [
