@@ -8,10 +8,10 @@ questions of the reported HotpotQA sample. Asked in two steps, each step is a qu
 answers, decided by the refusal model fitted for such questions. Only a question the ordinary
 answer refuses is split (an answer given is never replaced), English only (the examples are).
 A split is used only when it is one: a first question that does not already ask everything the
-question asks (every content word of the question in it: the question restated, however reworded,
-which the one-step answer has just refused), a second that names #1, a first answer that is a name or a number (not "garden") the question does not
-already name, a second answer that does not restate the first, and, where both say, a second
-question asking for the same kind of answer (a date for a date). A question naming two options
+question asks (`no_first`: the question restated, however reworded, which the one-step answer has
+just refused), a second that names #1, a first answer that is a name or a number (not "garden")
+the question does not already name, a second answer that does not restate the first, and, where
+both say, a second question asking for the same kind of answer (a date for a date). A question naming two options
 ("A or B?") is answered by one of them, never by a chain.
 """
 
@@ -74,14 +74,15 @@ def parse_split(question: str, written: str) -> Split | None:
 def no_first(question: str, first: str) -> bool:
     """Whether `first` cannot be the first of two steps: not a question, naming #1, or asking
     everything `question` asks (each of its content words, `rag.citations.content_words`, is in
-    `first`). Why the last: a first step that asks the whole question again is the question the
+    `first`, and where the question names its answer type, `answer_type`, `first` names the same:
+    "... based where?" -> "What airline ...?" asks something else). Why the last: a first step that asks the whole question again is the question the
     one-step answer has just refused ("How do regimes not fight ...?" -> "What regimes do not
     fight ...?"); its short answer costs a retrieval, the checks and a decode, and on 40 SQuAD
     questions it was refused each time. A real first step leaves out what the second asks."""
     if "#1" in first or not first.endswith("?"):
         return True
     asked = answer_type(question)
-    if asked is not None and answer_type(first) != asked:  # "... based where?" -> "What airline ...?"
+    if asked is not None and answer_type(first) != asked:
         return False
     return set(content_words(question)) <= set(content_words(first))
 
