@@ -18,7 +18,8 @@ BUSY_TIMEOUT_S = 30.0
 
 
 def connect_wal(path: str | Path, timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
-    """An autocommit connection to `path` in WAL mode, usable from any thread (callers lock)."""
+    """An autocommit connection to `path` in WAL mode, usable from any thread (callers lock).
+    `timeout` is SQLite's busy timeout, set by the connect itself, before any statement."""
     db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=timeout_s)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -30,5 +31,4 @@ def connect_wal(path: str | Path, timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.
                 db.close()
                 raise
             time.sleep(0.05)
-    db.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
     return db

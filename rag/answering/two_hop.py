@@ -154,13 +154,15 @@ async def awrite(generator: Any, question: str, max_tokens: int = 64) -> str:
     prompt = generator.tokenizer.apply_chat_template(writer_messages(question), tokenize=False,
                                                      add_generation_prompt=True)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    text = ""
+    text, first_seen = "", False
     # closed when left early: the engine request is aborted
     async with contextlib.aclosing(generator.astream(prompt, params)) as outs:
         async for out in outs:
             text = out.text
-            line, newline, _ = text.partition("\n")
-            m = _FIRST_LINE.match(line) if newline else None
+            if first_seen:
+                continue
+            line, first_seen, _ = text.partition("\n")  # judged once, when the first line is whole
+            m = _FIRST_LINE.match(line) if first_seen else None
             if m is not None and no_first(question, m.group("first")):
                 break
     return text
