@@ -191,7 +191,10 @@ def _has_trained_head(base: str) -> bool:
 
 
 def _head_optimizer(module, cfg: TrainConfig):
-    """AdamW with the head's own learning rate (the trainer builds the warmup/decay schedule on it)."""
+    """AdamW with the head's own learning rate (the trainer builds the warmup/decay schedule on it).
+    Fused: one kernel over all parameters per step instead of a loop of small ops per tensor (on CPU
+    torch's default is that loop: MiniLM's step 79 ms against 8 ms fused on a 2-core EPYC, ~30 % of
+    a batch-8 training step). Training runs on the CPU or a CUDA GPU (`_training_args`), both fused."""
     import torch
 
     head, body = [], []
@@ -202,7 +205,7 @@ def _head_optimizer(module, cfg: TrainConfig):
     groups = [{"params": body, "lr": cfg.lr}]
     if head:
         groups.append({"params": head, "lr": cfg.lr * mult})
-    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.01)
+    return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.01, fused=True)
 
 
 def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
