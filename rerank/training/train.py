@@ -216,8 +216,12 @@ def train_embedder(cfg: TrainConfig, embedder=None) -> dict:
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
     )
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.training_args import BatchSamplers
+    try:  # sentence-transformers >= 6 moved them (the old paths warn and are to be removed)
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+    except ImportError:  # 3.x - 5.x, which `sentence-transformers>=3.0` still allows
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.training_args import BatchSamplers
 
     t0 = time.time()
     out, ckpt_dir, examples = _start(cfg, 1, embedder)
