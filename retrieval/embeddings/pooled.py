@@ -69,10 +69,18 @@ class PooledEncoder:
     `encode`, `to`, `get_sentence_embedding_dimension`."""
 
     def __init__(self, path: str | Path, pooling: str, max_seq_length: int, normalize: bool, device: str = "cpu"):
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from .bert import BertEncoder
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path)).to(device).eval()
+        # plain BERT (both packaged models) without importing transformers' model code (2.5 s)
+        model = BertEncoder.load(path)
+        if model is None:
+            from transformers import AutoModel
+
+            model = AutoModel.from_pretrained(str(path))
+        self.model = model.to(device).eval()
         limit = getattr(self.model.config, "max_position_embeddings", None)
         # as sentence-transformers caps it: never past the positions the model has
         self.max_seq_length = min(max_seq_length, limit) if isinstance(limit, int) and limit > 0 else max_seq_length
