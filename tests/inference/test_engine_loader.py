@@ -107,3 +107,39 @@ def test_build_model_allocates_every_weight_and_computes_the_rope_table(model_di
     state.pop("model.layers.3.mlp.down_proj.weight")
     with pytest.raises((KeyError, ValueError), match="down_proj"):
         model.load_hf_state_dict(state)
+
+
+def test_a_known_file_version_is_not_hashed_again(tmp_path, monkeypatch):
+    """The content digest (a read of the whole GGUF: 0.4-0.8 s for the packaged Qwen models) is
+    remembered on disk per file version. Bugs caught: every process hashing the file again; a file
+    rewritten in place and given back its old size and mtime (`cp -p`, `touch -r`) keeping the old
+    digest, so the old conversion would be loaded for new weights; a corrupt memo failing the load."""
+    import os
+    import time
+
+    import inference.gguf_convert as gc_mod
+
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(1000))
+    first = cache_dir_for(f)
+    assert (tmp_path / "cache" / gc_mod._DIGESTS).is_file()
+    gc_mod._content_digest.cache_clear()  # as a new process
+
+    def no_read(*a, **kw):
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(gc_mod.hashlib, "file_digest", no_read)
+    assert cache_dir_for(f) == first
+    monkeypatch.undo()
+    monkeypatch.setenv("RAG_CACHE_DIR", str(tmp_path / "cache"))
+    st = f.stat()
+    time.sleep(0.05)  # past the clock tick the first write's ctime fell in
+    f.write_bytes(b"GGUF" + bytes(999) + b"x")  # same size
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # the old mtime back
+    gc_mod._content_digest.cache_clear()
+    assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
+    assert cache_dir_for(f) != first
+    (tmp_path / "cache" / gc_mod._DIGESTS).write_text("{not json")
+    gc_mod._content_digest.cache_clear()
+    assert cache_dir_for(f) != first  # hashed again, nothing raised
