@@ -89,6 +89,7 @@ def _content_digest(path: str, version: str) -> str:
     known.pop(key, None)
     known[key] = value
     kept = dict(list(known.items())[-_DIGESTS_KEPT:])
+    tmp = None
     try:  # best effort: a read-only cache or a concurrent writer only means hashing again later
         memo.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".digests-")
@@ -96,7 +97,8 @@ def _content_digest(path: str, version: str) -> str:
             json.dump(kept, out)
         os.replace(tmp, memo)
     except OSError:
-        pass
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return value
 
 

@@ -193,8 +193,9 @@ def _has_trained_head(base: str) -> bool:
 def _head_optimizer(module, cfg: TrainConfig):
     """AdamW with the head's own learning rate (the trainer builds the warmup/decay schedule on it).
     Fused: one kernel over all parameters per step instead of a loop of small ops per tensor (on CPU
-    torch's default is that loop: MiniLM's step 79 ms against 8 ms fused on a 2-core EPYC, ~30 % of
-    a batch-8 training step). Training runs on the CPU or a CUDA GPU (`_training_args`), both fused."""
+    torch's default is that loop: MiniLM's step 89-115 ms against 13-15 ms fused on a 2-core EPYC,
+    ~30 % of a batch-8 training step; docs/performance.md, "Session 38"). Training runs on the CPU
+    or a CUDA GPU (`_training_args`), both fused."""
     import torch
 
     head, body = [], []
