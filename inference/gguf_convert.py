@@ -95,6 +95,7 @@ def _content_digest(path: str, version: str) -> str:
         fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".digests-")
         with os.fdopen(fd, "w") as out:
             json.dump(kept, out)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared (as model_install)
         os.replace(tmp, memo)
     except OSError:
         if tmp is not None:

@@ -4,8 +4,8 @@ Why: transformers' `AutoModel` imports `transformers.modeling_utils` before it r
 of a fresh process on a 2-core EPYC (Zen 4), and every `rag ask`, `rag search` and `rag index`
 embeds: the engine itself never imports it. The packaged MiniLM and the converted multilingual E5
 are both `BertModel`s (absolute positions, post-LayerNorm, GELU), which is a few dozen lines: the
-same ops in the same order as transformers' SDPA path, so the vectors match its own to float
-rounding (tests/retrieval/test_bert_encoder.py). Any other architecture or setting returns None from
+same ops in the same order as transformers' SDPA path, so the hidden states equal its own bit for
+bit (tests/retrieval/test_bert_encoder.py). Any other architecture or setting returns None from
 `load`, and the caller uses transformers as before.
 """
 
