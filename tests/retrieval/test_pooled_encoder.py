@@ -94,12 +94,17 @@ def test_other_layouts_are_left_to_sentence_transformers(minilm_dir, tmp_path):
 def test_default_embedder_does_not_import_sentence_transformers():
     """Catches the default English embedder going back through sentence-transformers, whose import
     cost every `rag ask` / `rag index` process ~1.5 s of its start on a 2-core CPU, or through
-    transformers' model code (`AutoModel`: 2.5 s of imports; retrieval/embeddings/bert.py)."""
+    transformers' model code (`AutoModel`: 2.5 s of imports; retrieval/embeddings/bert.py), or
+    through transformers at all once its tokenizer snapshot exists (~1.2 s more;
+    retrieval/embeddings/encoder_tokenizer.py)."""
+    from retrieval.embeddings.encoder_tokenizer import EncoderTokenizer
+
+    EncoderTokenizer(resolve_embedding_model("minilm"))  # the snapshot, as any earlier process leaves it
     code = ("import sys\nfrom retrieval.config import EmbedderConfig\nfrom retrieval.embeddings import make_embedder\n"
             "e = make_embedder(EmbedderConfig(cache=False))\nv = e.encode_queries(['what is a qubit'])\n"
             "print(type(e.model).__name__, v.shape, 'sentence_transformers' in sys.modules,\n"
-            "      'transformers.modeling_utils' in sys.modules)")
+            "      'transformers.modeling_utils' in sys.modules, 'transformers' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["PooledEncoder", "(1,", "384)", "False", "False"], r.stdout
+    assert r.stdout.split() == ["PooledEncoder", "(1,", "384)", "False", "False", "False"], r.stdout
