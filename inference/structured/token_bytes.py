@@ -43,21 +43,34 @@ class TokenBytes:
         self.max_len = max_len
         self.ids_by_bytes: dict[bytes, list[int]] = {}
         self.bytes_of: list[bytes | None] = [None] * len(pieces)
+        table = _byte_table(dec) if byte_level else dec
         for i, piece in enumerate(pieces):
             if i in special or piece is None:
                 continue
-            b = _piece_bytes(piece, dec, byte_level, tokenizer, i)
+            b = _piece_bytes(piece, table, byte_level, tokenizer, i)
             if not b or len(b) > max_len:
                 continue
             self.bytes_of[i] = b
             self.ids_by_bytes.setdefault(b, []).append(i)
 
 
-def _piece_bytes(piece: str, dec: dict[str, int], byte_level: bool, tokenizer: Any, tid: int) -> bytes | None:
+def _byte_table(dec: dict[str, int]) -> dict[int, str]:
+    """`str.translate` table taking a byte-level piece to latin-1 (one char per byte), so a piece
+    is converted in C, not char by char (Qwen2.5's 151k pieces: 0.3 s -> 0.03 s a process). A
+    char below 256 that the byte map does not produce becomes U+FFFF, which latin-1 cannot
+    encode: such a piece, like one with any char outside the map, has no bytes."""
+    table = {ord(c): chr(b) for c, b in dec.items()}
+    for x in range(256):
+        table.setdefault(x, "\uffff")
+    return table
+
+
+def _piece_bytes(piece: str, dec: dict[str, int] | dict[int, str], byte_level: bool, tokenizer: Any,
+                 tid: int) -> bytes | None:
     if byte_level:
         try:
-            return bytes(dec[ch] for ch in piece)
-        except KeyError:
+            return piece.translate(dec).encode("latin-1")
+        except UnicodeEncodeError:
             return None
     m = _SP_BYTE.match(piece)
     if m:  # sentencepiece byte fallback

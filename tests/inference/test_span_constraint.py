@@ -148,3 +148,31 @@ def test_span_sources_without_spaces():
     assert span_sources("龍山寺", PASSAGES) == [2]
     assert span_sources("Paris", PASSAGES) == [0]
     assert span_sources("Paris  Everest", PASSAGES) == []
+
+
+def test_token_bytes_equal_the_byte_map_char_by_char(tok):
+    """Bug caught: the one-pass `str.translate` conversion of byte-level pieces disagreeing with
+    GPT-2's byte map read char by char (a char below 256 that the map never produces, such as a
+    raw space, given a byte instead of no bytes; a char above 255 passing through), which would
+    let the span constraint allow tokens whose bytes are not in the passage."""
+    from inference.structured.token_bytes import _byte_decoder
+
+    dec = _byte_decoder()
+    table = token_bytes(tok)
+    pieces = tok.convert_ids_to_tokens(list(range(len(tok))))
+    special = set(tok.all_special_ids) | set(tok.added_tokens_decoder)
+    checked = 0
+    for i, piece in enumerate(pieces):
+        if i in special or piece is None:
+            continue
+        want = bytes(dec[c] for c in piece) if all(c in dec for c in piece) else None
+        assert table.bytes_of[i] == (want if want and len(want) <= table.max_len else None), (i, piece)
+        checked += 1
+    assert checked > 45000
+    assert _piece_bytes_of(" a") is None and _piece_bytes_of("Ġa") == b" a"
+
+
+def _piece_bytes_of(piece: str):
+    from inference.structured.token_bytes import _byte_decoder, _byte_table, _piece_bytes
+
+    return _piece_bytes(piece, _byte_table(_byte_decoder()), True, None, 0)
