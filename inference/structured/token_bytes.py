@@ -8,8 +8,10 @@ span constraint can allow "the first half of 龍" followed by "the second half" 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -84,15 +86,22 @@ def _piece_bytes(piece: str, dec: dict[str, int] | dict[int, str], byte_level: b
 def per_tokenizer(build: Callable[[Any], T]) -> Callable[[Any], T]:
     """`build(tokenizer)` once per tokenizer object, under a lock of its own (a build may call
     another cache's getter: the JSON trie is built from `token_bytes`). The one cache of every
-    table that walks the whole vocabulary."""
+    table that walks the whole vocabulary. An entry goes with its tokenizer: kept by id alone, it
+    outlived it (a table of ~150k entries per engine a process ever built) and a new tokenizer
+    given the dead one's id received the dead one's table."""
     cache: dict[int, T] = {}
     lock = threading.Lock()
 
     def get(tokenizer: Any) -> T:
         with lock:
-            v = cache.get(id(tokenizer))
+            key = id(tokenizer)
+            v = cache.get(key)
             if v is None:
-                v = cache[id(tokenizer)] = build(tokenizer)
+                v = cache[key] = build(tokenizer)
+                # runs as the tokenizer dies, before its id can be reused; no lock (GC may run anywhere);
+                # a tokenizer that cannot be weakly referenced keeps its table for the process
+                with contextlib.suppress(TypeError):
+                    weakref.finalize(tokenizer, cache.pop, key, None)
             return v
 
     return get

@@ -137,3 +137,40 @@ def test_sampling_params_json_schema_through_the_engine(engine_factory):
                    SamplingParams(temperature=0, max_tokens=40, json_schema=schema))[0]
     data = json.loads(out.text)
     assert 2 <= len(data["colors"]) <= 3
+
+
+def test_a_per_tokenizer_table_goes_with_its_tokenizer():
+    """Bugs caught: tables kept by id alone, so every engine a process built kept its ~150k-entry
+    tables for good, and a new tokenizer allocated at a dead one's address received the dead
+    one's table (another vocabulary's token bytes); and two callers building one table twice."""
+    import gc
+    import threading
+    import weakref
+
+    from inference.structured.token_bytes import per_tokenizer
+
+    class Tok:
+        pass
+
+    class Table:
+        def __init__(self, tok):
+            self.owner = id(tok)
+            built.append(self.owner)
+
+    built: list[int] = []
+    get = per_tokenizer(Table)
+    a = Tok()
+    threads = [threading.Thread(target=get, args=(a,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built == [id(a)] and get(a).owner == id(a)
+    gone = weakref.ref(get(a))
+    del a
+    gc.collect()
+    assert gone() is None
+    for _ in range(50):  # new objects, some at the dead one's address: each gets its own table
+        b = Tok()
+        assert get(b).owner == id(b)
+        del b
