@@ -18,7 +18,7 @@ import torch
 from inference.catalog import ModelNotInstalledError, catalog_gguf, not_installed_message
 from inference.gguf_convert import convert, convert_meta
 from inference.models import build_model
-from inference.tokenizer import FastTokenizer
+from inference.tokenizer import FastTokenizer, hf_tokenizer
 
 # what the decoders read without a default (inference/models)
 _CONFIG_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers",
@@ -55,19 +55,9 @@ def resolve_model_dir(model: str, weights: bool = True) -> Path:
 
 def load_tokenizer(model_dir: Path):
     """The model's tokenizer: `FastTokenizer` for a GGUF conversion (no transformers import, 1.5-2 s
-    less per process), else the HF tokenizer without the Python copies of its vocabulary and merges
-    that transformers 5 keeps beside the Rust tokenizer that does the encoding (Qwen2.5: 151,936
-    entries and 151,387 pairs, 58 MiB of the 1.5B engine's resident memory; nothing reads them)."""
+    less per process), else transformers' (`hf_tokenizer`)."""
     fast = FastTokenizer.load(model_dir)
-    if fast is not None:
-        return fast
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    for attr in ("_vocab", "_merges"):
-        if getattr(tok, attr, None) is not None:
-            setattr(tok, attr, None)
-    return tok
+    return fast if fast is not None else hf_tokenizer(model_dir)
 
 
 def load_config(model_dir: Path):

@@ -116,9 +116,7 @@ class FastTokenizer:
     def hf(self):
         """transformers' tokenizer of the same directory, for what this class does not do."""
         if self._hf is None:
-            from transformers import AutoTokenizer
-
-            self._hf = AutoTokenizer.from_pretrained(str(self._dir))
+            self._hf = hf_tokenizer(self._dir)
         return self._hf
 
     def __getattr__(self, name: str) -> Any:
@@ -208,6 +206,19 @@ class FastTokenizer:
             return None
 
 
+def hf_tokenizer(model_dir: str | Path):
+    """transformers' tokenizer without the Python copies of its vocabulary and merges that
+    transformers 5 keeps beside the Rust tokenizer that does the encoding (Qwen2.5: 151,936
+    entries and 151,387 pairs, 58 MiB of the 1.5B engine's resident memory; nothing reads them)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    for attr in ("_vocab", "_merges"):
+        if getattr(tok, attr, None) is not None:
+            setattr(tok, attr, None)
+    return tok
+
+
 def _transformers_version() -> str | None:
     try:
         return metadata.version("transformers")
@@ -231,9 +242,8 @@ def _take_snapshot(root: Path, cls=None) -> FastTokenizer | None:
     in Python that tokenizer.json may lack, e.g. Qwen2's NFC normalizer), the special tokens and
     the chat template. Best effort: a read-only cache only means taking it again next time."""
     from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
 
-    hf = AutoTokenizer.from_pretrained(str(root))
+    hf = hf_tokenizer(root)
     template = hf.chat_template
     supported = (getattr(hf, "backend_tokenizer", None) is not None and not hf.split_special_tokens
                  and (template is None or isinstance(template, str)))

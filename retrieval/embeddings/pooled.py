@@ -1,12 +1,12 @@
-"""Sentence-transformers model directories of the common shape, run on transformers directly.
+"""Sentence-transformers model directories of the common shape, run without sentence-transformers.
 
 Why: `import sentence_transformers` pulls in scikit-learn, its trainers and ONNX/OpenVINO
 exporters before a model is even read, and every `rag ask`, `rag index` or `rag search` paid it:
 a fresh process's first query vector took 6.2-6.7 s with it and 4.6-4.9 s without (Zen 4,
 2 cores). The packaged MiniLM and the converted multilingual E5 are directories in the classic
 format (`sentence_bert_config.json` with `max_seq_length`) holding a transformer, a mean or CLS
-pooling and an optional L2 normalisation: a tokenizer call, a forward and a masked mean. The
-forward is `bert.BertEncoder` (plain torch) for BERT models, both packaged ones included, and
+pooling and an optional L2 normalisation: a tokenizer call (transformers' own Rust tokenizer from
+its snapshot, `encoder_tokenizer.py`), a forward and a masked mean. The forward is `bert.BertEncoder` (plain torch) for BERT models, both packaged ones included, and
 transformers' `AutoModel` for any other architecture.
 `PooledEncoder.load` takes such a directory and returns None for anything else (dense layers,
 other poolings, lower-casing, a default prompt, sentence-transformers' current save format, hub

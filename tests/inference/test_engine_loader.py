@@ -72,9 +72,9 @@ def test_tokenizer_drops_its_python_vocabulary_copies(model_dir):
     ships it."""
     from transformers import AutoTokenizer
 
-    from inference.model_loader import load_tokenizer
+    from inference.tokenizer import hf_tokenizer  # HF directories, and what FastTokenizer hands on
 
-    ours, ref = load_tokenizer(model_dir), AutoTokenizer.from_pretrained(str(model_dir))
+    ours, ref = hf_tokenizer(model_dir), AutoTokenizer.from_pretrained(str(model_dir))
     assert getattr(ours, "_vocab", None) is None and getattr(ours, "_merges", None) is None
     text = "The ferry leaves Tavrin harbour at 11:57 — 18 € per day, 26 € over 12 m. 港口"
     ids = ours.encode(text)
