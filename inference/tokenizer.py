@@ -104,12 +104,12 @@ class FastTokenizer:
             return None
         from tokenizers import Tokenizer
 
-        snap = _read_snapshot(root)
+        snap, hf = _read_snapshot(root), None
         if snap is None:
-            return _take_snapshot(root, cls)
+            snap, hf = _take_snapshot(root)
         if not snap.get("supported"):
             return None
-        return cls(root, Tokenizer.from_str(snap["tokenizer"]), snap)
+        return cls(root, Tokenizer.from_str(snap["tokenizer"]), snap, hf=hf)
 
     # ---- transformers for everything else ------------------------------------------------------
 
@@ -236,13 +236,12 @@ def _read_snapshot(root: Path) -> dict | None:
     return snap
 
 
-def _take_snapshot(root: Path, cls=None) -> FastTokenizer | None:
-    """Load the directory's tokenizer with transformers and write down what `FastTokenizer` needs:
-    the Rust tokenizer as transformers built it (its tokenizer classes add parts of the pipeline
-    in Python that tokenizer.json may lack, e.g. Qwen2's NFC normalizer), the special tokens and
-    the chat template. Best effort: a read-only cache only means taking it again next time."""
-    from tokenizers import Tokenizer
-
+def _take_snapshot(root: Path) -> tuple[dict[str, Any], Any]:
+    """(snapshot, transformers' tokenizer): load the directory's tokenizer with transformers and
+    write down what `FastTokenizer` needs: the Rust tokenizer as transformers built it (its
+    tokenizer classes add parts of the pipeline in Python that tokenizer.json may lack, e.g.
+    Qwen2's NFC normalizer), the special tokens and the chat template. Best effort: a directory
+    that cannot be written (a shared read-only cache) only means taking it again next time."""
     hf = hf_tokenizer(root)
     template = hf.chat_template
     supported = (getattr(hf, "backend_tokenizer", None) is not None and not hf.split_special_tokens
@@ -253,17 +252,17 @@ def _take_snapshot(root: Path, cls=None) -> FastTokenizer | None:
                     special_tokens_map=hf.special_tokens_map, all_special_tokens=hf.all_special_tokens,
                     model_max_length=min(int(hf.model_max_length), int(1e30)),
                     clean_up_tokenization_spaces=bool(hf.clean_up_tokenization_spaces))
-    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=root)
+    tmp: str | None = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=root)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(snap, f)
         os.chmod(tmp, 0o644)
         os.replace(tmp, root / SNAPSHOT)
     except OSError:
-        Path(tmp).unlink(missing_ok=True)
-    if not supported or cls is None:
-        return None
-    return cls(root, Tokenizer.from_str(snap["tokenizer"]), snap, hf=hf)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return snap, hf
 
 
 def _plain_messages(conversation: Any) -> list[dict] | None:

@@ -154,3 +154,23 @@ def test_config_of_a_conversion_read_without_transformers():
               "num_key_value_heads", "vocab_size", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings",
               "eos_token_id", "rope_parameters"):
         assert getattr(ours, k) == getattr(ref, k), k
+
+
+def test_a_directory_that_cannot_be_written_still_loads(tmp_path, monkeypatch):
+    """Bug caught: the snapshot's temporary file created outside the best-effort block, so a
+    conversion in a read-only shared cache failed the engine's start instead of loading the
+    tokenizer through transformers (root ignores file modes, so the OS refusal is injected)."""
+    import inference.tokenizer as tokmod
+
+    d = _conversion_copy(tmp_path)
+
+    def refuse(*_a, **_k):
+        raise PermissionError(13, "Permission denied", str(d))
+
+    monkeypatch.setattr(tokmod.tempfile, "mkstemp", refuse)
+    tok = FastTokenizer.load(d)
+    assert tok is not None and tok.encode("hello world") and not (d / SNAPSHOT).exists()
+    monkeypatch.undo()
+    (d / SNAPSHOT).mkdir()  # something in the way of the rename: same answer, nothing left behind
+    assert FastTokenizer.load(d).encode("hello world") == tok.encode("hello world")
+    assert [p.name for p in d.iterdir() if p.name.startswith(".snapshot-")] == []
