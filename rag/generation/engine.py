@@ -7,7 +7,6 @@ prefix cache. Sync callers reach it through the bridge loop of `base.Generator`.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,12 +29,6 @@ class EngineGenerator(Generator):
         self.max_model_len: int = self.engine.engine.max_model_len
         self.passage_cache_on: bool = cfg.engine.passage_cache.enabled
         super().__init__("rag-generator")
-        # The grounded-span and citation tables walk the whole vocabulary (Qwen2.5: 0.3-0.4 s) on
-        # the first answer; built now, beside the question's retrieval and first prefill (an
-        # answer that needs them first waits on the table's lock instead of building it twice).
-        from inference.structured.token_bytes import token_bytes
-
-        threading.Thread(target=token_bytes, args=(self.tokenizer,), name="token-tables", daemon=True).start()
 
     @property
     def uses_passage_spans(self) -> bool:
