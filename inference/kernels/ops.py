@@ -288,6 +288,14 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, ta
     return _op("paged_decode")(q, k_pool, v_pool, tables, lens, scale)
 
 
+def paged_prefill(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
+                  lims: torch.Tensor, scale: float) -> torch.Tensor:
+    """Prefill attention read from the block pool in place: q [n, Hq, D], the rows of one prompt
+    chunk; row r attends the first lims[r] of the context's flat pool `slots` -> [n, Hq, D]. Each
+    row's bits equal what `paged_decode` gives for the same token (batch-invariant, common.h)."""
+    return _op("paged_prefill")(q, k_pool, v_pool, slots, lims, scale)
+
+
 def set_row_task_macs(macs: int) -> int:
     """Least multiply-adds per task of the row kernels (decode-sized calls below it stay on one
     thread); returns the previous value."""

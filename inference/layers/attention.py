@@ -31,7 +31,7 @@ def uses_cuda_backend(q: torch.Tensor, cache: LayerKVCache) -> bool:
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerKVCache,
                     meta: AttentionMetadata, native: bool = False) -> torch.Tensor:
     """q: [T, Hq, D], k/v: [T, Hk, D] for the flattened batch; returns [T, Hq, D]. `native`: the
-    model runs the native fused ops (GGUF blocks), so decode may use the native kernel too (it
+    model runs the native fused ops (GGUF blocks), so prefill and decode use the native kernel (it
     differs from SDPA in the last bits; the float32 path that must match HF keeps SDPA)."""
     cache.write(meta.slot_mapping, k, v)
     if uses_cuda_backend(q, cache):

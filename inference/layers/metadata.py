@@ -20,6 +20,7 @@ class PrefillSpan:
     bias: torch.Tensor | None = None  # CPU: `mask` as a GQA-folded float bias, built by the first layer
     # CPU, long chunks: (row start, row end, keys seen, folded bias) per query block, built by the first layer
     blocks: list[tuple[int, int, int, torch.Tensor]] | None = None
+    lims: torch.Tensor | None = None  # native path: context tokens each row sees, built by the first layer
 
 
 @dataclass

@@ -32,8 +32,34 @@ def torch_paged_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionM
         decode_attention(q, cache, meta, out, native)
     for span in meta.prefills:
         qs = q[span.q_start:span.q_start + span.q_len]
-        out[span.q_start:span.q_start + span.q_len] = prefill_attention(qs, cache, span)
+        if native and native_decode_ok(q, cache):
+            out[span.q_start:span.q_start + span.q_len] = native_prefill(qs, cache, span)
+        else:
+            out[span.q_start:span.q_start + span.q_len] = prefill_attention(qs, cache, span)
     return out
+
+
+def span_limits(span: PrefillSpan) -> torch.Tensor:
+    """How many context tokens each row of the span sees (its position + 1): every row sees a
+    prefix of the context, a plain chunk the tokens up to its own, a reuse prefill (`mask`) the
+    positions at or before its own."""
+    if span.lims is None:
+        if span.mask is None:
+            start = span.ctx_len - span.q_len
+            span.lims = torch.arange(start + 1, span.ctx_len + 1, dtype=torch.long)
+        else:
+            span.lims = span.mask.sum(1).to(device="cpu", dtype=torch.long)
+    return span.lims
+
+
+def native_prefill(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -> torch.Tensor:
+    """The span's rows through the native kernel (K/V read in place), with the numerics of
+    native decode: a token's attention output, and so its K/V on the next layer and its logits,
+    do not depend on how its prompt was chunked, on prefix-cache hits or on the rest of the step.
+    The GGUF kernels' 8-bit activations turn SDPA's chunk-dependent last bits into log-probability
+    differences of up to ~0.27 (docs/performance.md, session 40)."""
+    slots = span.slots if span.slots.device.type == "cpu" else span.slots.cpu()
+    return kernel_ops.paged_prefill(q.contiguous(), cache.k, cache.v, slots, span_limits(span), q.shape[-1] ** -0.5)
 
 
 def native_decode_ok(q: torch.Tensor, cache: LayerKVCache) -> bool:

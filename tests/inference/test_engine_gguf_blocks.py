@@ -80,6 +80,40 @@ def test_every_weight_is_a_block_layer(block_llm):
     assert block_llm.engine.dtype == torch.float32
 
 
+def test_prompt_numbers_do_not_depend_on_chunks_or_prefix_hits(block_llm):
+    """Every prompt log-prob the same bits whether the prompt was prefilled in one chunk, in
+    64-token chunks or on top of a prefix-cache hit. Catches prefill attention whose last bits
+    depend on the chunk's row count or on a cached prefix: the 8-bit activations of the GGUF
+    kernels turn those into log-prob differences of up to ~0.27 (SDPA's tiling before session 40),
+    so an answer depended on what the prefix cache held. Chunks stay >= 16 rows: below the small-M
+    GEMM's band the row kernels sum in another order (decode is not batch-invariant yet)."""
+    ids = block_llm.tokenizer.encode(" ".join([TEXT] * 9))[:400]
+    sched = block_llm.engine.scheduler
+    block_llm.clear_prefix_cache()
+    one = block_llm.prompt_logprobs([ids])[0]
+    budget = sched.max_num_batched_tokens
+    try:
+        sched.max_num_batched_tokens = 64
+        block_llm.clear_prefix_cache()
+        assert block_llm.prompt_logprobs([ids])[0] == one
+    finally:
+        sched.max_num_batched_tokens = budget
+    # prompt log-probs never read the prefix cache (every position is scored): the next token's do
+    sp = SamplingParams(max_tokens=1, temperature=0.0, logprobs=10)
+
+    def next_token() -> dict:
+        return {t: float(getattr(v, "logprob", v)) for t, v in block_llm.generate([ids], sp)[0].outputs[0].logprobs[0].items()}
+
+    block_llm.clear_prefix_cache()
+    cold = next_token()
+    for cut in (32, 208):
+        block_llm.clear_prefix_cache()
+        block_llm.generate([ids[:cut + 1]], sp)
+        hits = block_llm.stats()["prefix_cache_hits"]
+        assert next_token() == cold, cut
+        assert block_llm.stats()["prefix_cache_hits"] - hits >= cut  # it did start from the cached prefix
+
+
 def test_logits_match_float32(llm, block_llm):
     """Catches wrong rows, types or fusion order in the block model (any of them moves log-probs by
     whole nats). Torch backend: same dequantised weights, so only summation order differs (bound

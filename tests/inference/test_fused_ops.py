@@ -241,7 +241,7 @@ def test_paged_decode_matches_float64_attention(isa: str, d: int, grp: int):
     """ragk::paged_decode against SDPA in float64 on gathered K/V, each ISA path: catches a wrong
     slot (block id * block_size + offset), GQA heads mapped to the wrong KV head, the 8- or
     16-token tail of a chunk read past the context (lengths 1, 17, odd), a lost online-softmax
-    rescale, and the split-context merge (a row long enough to be split across threads). Head
+    rescale, and the merge of the fixed 256-token segments (rows of 803 and 1,500 tokens). Head
     sizes: 64 and 128 (the Qwen shapes; the AVX-512 path's 16-float chunks) and 40 (not a multiple
     of 16: the AVX-512 path hands it to the 256-bit loop)."""
     g = torch.Generator().manual_seed(0)
@@ -265,3 +265,47 @@ def test_paged_decode_matches_float64_attention(isa: str, d: int, grp: int):
     assert torch.allclose(got.double(), torch.stack(want), atol=2e-6)
     with pytest.raises(ValueError, match="context length"):
         ops.paged_decode(q, kp, vp, tables, torch.tensor([0, 1, 1, 1, 1]), 0.125)
+
+
+@pytest.mark.parametrize("isa", ops.supported_isas())
+@pytest.mark.parametrize("d, grp", [(64, 7), (40, 2)])
+def test_paged_prefill_rows_are_batch_invariant(isa: str, d: int, grp: int):
+    """ragk::paged_prefill: causal attention of a prompt chunk's rows against float64 SDPA, and
+    each row's output the same bits whichever rows are computed with it (one chunk, chunks of 1,
+    13 or 100 rows, a chunk on top of cached rows) and equal to ragk::paged_decode for the same
+    token. Catches a row limit off by one (a row seeing its successor), slots read in the wrong
+    order, and any dependence of a row's arithmetic on the other rows or on where its chunk
+    starts: with 8-bit activations that is what made prompt log-probs depend on prefill chunking
+    and prefix-cache hits (up to 0.27 on the 0.5B)."""
+    g = torch.Generator().manual_seed(1)
+    nb, bs, hk, n = 40, 16, 2, 600
+    kp, vp = torch.randn(nb, bs, hk, d, generator=g), torch.randn(nb, bs, hk, d, generator=g)
+    blocks = torch.randperm(nb, generator=g)[: (n + bs - 1) // bs]
+    slots = (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)[:n]
+    q = torch.randn(n, hk * grp, d, generator=g)
+    lims = torch.arange(1, n + 1)
+    scale = d ** -0.5
+    k = kp.reshape(-1, hk, d)[slots].double().repeat_interleave(grp, 1).transpose(0, 1)
+    v = vp.reshape(-1, hk, d)[slots].double().repeat_interleave(grp, 1).transpose(0, 1)
+    want = F.scaled_dot_product_attention(q.double().transpose(0, 1), k, v, is_causal=True).transpose(0, 1)
+    try:
+        ops.set_isa(isa)
+        full = ops.paged_prefill(q, kp, vp, slots, lims, scale)
+        assert torch.allclose(full.double(), want, atol=2e-6)
+        for step in (1, 13, 100):
+            for a in range(0, n, step * 7):  # a sample of chunks of this size
+                b = min(n, a + step)
+                part = ops.paged_prefill(q[a:b].contiguous(), kp, vp, slots[:b], lims[a:b], scale)
+                assert torch.equal(part, full[a:b]), (step, a)
+        rows = torch.tensor([0, 15, 16, 255, 256, 257, 599])
+        dec = ops.paged_decode(q[rows].contiguous(), kp, vp, blocks[None].expand(len(rows), -1).contiguous(),
+                               rows + 1, scale)
+        assert torch.equal(dec, full[rows])
+    finally:
+        ops.set_isa(None)
+    with pytest.raises(ValueError, match="row limit"):
+        ops.paged_prefill(q[:2].contiguous(), kp, vp, slots, torch.tensor([1, n + 1]), scale)
+    with pytest.raises(ValueError, match="row limit"):
+        ops.paged_prefill(q[:1].contiguous(), kp, vp, slots, torch.tensor([0]), scale)
+    with pytest.raises(ValueError, match="slot"):
+        ops.paged_prefill(q[:1].contiguous(), kp, vp, torch.tensor([nb * bs]), torch.tensor([1]), scale)

@@ -158,7 +158,6 @@ TGT float dot_q6k_zmm(int64_t n, const uint8_t* w, const void* xv) {
 }
 
 #include "avx512_rows.inc"
-#include "avx512_attn.inc"
 #if RAGK_HAVE_AMX
 #include "x86_amx.inc"
 #endif
@@ -181,7 +180,6 @@ void fill_avx512(IsaTable& t) {
   t.dotm[T_Q4_K] = dotm_q4_k_zmm;
   t.dotm[T_Q5_K] = dotm_q5_k_zmm;
   t.dotm[T_Q6_K] = dotm_q6_k_zmm;
-  t.attn_part = attn_part_zmm;
 }
 
 #if RAGK_HAVE_AMX

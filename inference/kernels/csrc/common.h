@@ -228,13 +228,19 @@ using Dot8Fn = void (*)(int64_t n, const uint8_t* grp, const uint8_t* x, size_t 
 // out[i * ldo + j]: the panel GEMM (x86_gemm.inc). Null: the caller uses dotm / dot.
 // out[j] = silu(gate[j]) * up[j] = gate / (1 + exp(-gate)) * up for j < n (the MLP's activation).
 using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
-// Decode attention over one (sequence, KV head) and the token range [i0, i1) of its paged
-// context: q [G, D] (the G query heads sharing that KV head, already scaled), K/V of token i at
-// pool + (table[i / bs] * bs + i % bs) * tok_stride. Writes the partial softmax state: per head
-// its running max m[g], sum l[g] and unnormalised output acc[g * D ..] (merged by the caller).
-using AttnPartFn = void (*)(const float* q, int g, int d, const float* kpool, const float* vpool,
-                            int64_t tok_stride, const int64_t* table, int64_t bs, int64_t i0, int64_t i1,
-                            float* m, float* l, float* acc);
+// Causal attention of `rows` query rows of one sequence for one KV head over its context tokens
+// [i0, i1) (i0 a multiple of ATTN_CHUNK): row r's G query heads at q + r * q_stride (already
+// scaled), row r seeing only the tokens before lims[r]; K/V of token i at pool + (table[i / bs] *
+// bs + i % bs) * tok_stride (bs 1: `table` lists the slots). Writes each (row, head)'s partial
+// softmax state over that range: max m[r * G + h], sum l[..] and unnormalised output acc[(r * G + h)
+// * D ..]; a row that sees no token of the range gets m = -inf, l = 0, acc = 0.
+// Batch invariance: a row's arithmetic depends only on its own query, its tokens and [i0, i1)
+// (tokens go in chunks of ATTN_CHUNK from i0, masked past lims[r]), never on the other rows or
+// their number, so prefill chunks, prefix-cache hits and decode compute the same bits.
+constexpr int64_t ATTN_CHUNK = 16;
+using AttnRowsFn = void (*)(const float* q, int64_t q_stride, int rows, int g, int d, const float* kpool,
+                            const float* vpool, int64_t tok_stride, const int64_t* table, int64_t bs, int64_t i0,
+                            int64_t i1, const int64_t* lims, float* m, float* l, float* acc);
 using GemmFn = void (*)(int64_t k, const uint8_t* w, int64_t rb, const int64_t* rows, int64_t j0, int64_t j1,
                         const uint8_t* xq, size_t xrb, int64_t m, float* out, int64_t ldo);
 
@@ -283,7 +289,7 @@ struct IsaTable {
   int xlanes;  // activation rows per register of xgemm (8: 256-bit, 16: 512-bit)
   int64_t xgemm_lo, xgemm_hi;  // activation rows for which xgemm runs by default on this path
   SiluMulFn silu_mul;
-  AttnPartFn attn_part;
+  AttnRowsFn attn_rows;
 };
 
 // Each path fills the entries it implements; missing ones fall back to scalar.

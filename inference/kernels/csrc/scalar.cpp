@@ -186,26 +186,49 @@ void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n) 
   for (int64_t j = 0; j < n; ++j) out[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
 }
 
-// The reference every SIMD decode attention is compared with: one token at a time, libm's expf.
-void attn_part_scalar(const float* q, int g, int d, const float* kpool, const float* vpool, int64_t tok_stride,
-                      const int64_t* table, int64_t bs, int64_t i0, int64_t i1, float* m, float* l, float* acc) {
-  for (int h = 0; h < g; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-    for (int j = 0; j < d; ++j) acc[h * d + j] = 0.0f;
-  }
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t slot = table[i / bs] * bs + i % bs;
-    const float* k = kpool + slot * tok_stride;
-    const float* v = vpool + slot * tok_stride;
+// The reference every SIMD attention is compared with: one token at a time, libm's expf. Chunks
+// of ATTN_CHUNK tokens from i0 as on the SIMD paths (the online-softmax state is updated per
+// chunk), so the result does not depend on the other rows either.
+void attn_rows_scalar(const float* q, int64_t q_stride, int rows, int g, int d, const float* kpool,
+                      const float* vpool, int64_t tok_stride, const int64_t* table, int64_t bs, int64_t i0,
+                      int64_t i1, const int64_t* lims, float* m, float* l, float* acc) {
+  float s[ATTN_CHUNK];
+  for (int r = 0; r < rows; ++r) {
+    const int64_t e = std::min(i1, lims[r]);
     for (int h = 0; h < g; ++h) {
-      float s = 0.0f;
-      for (int j = 0; j < d; ++j) s += q[h * d + j] * k[j];
-      const float mn = std::max(m[h], s);
-      const float corr = std::exp(m[h] - mn), p = std::exp(s - mn);
-      l[h] = l[h] * corr + p;
-      for (int j = 0; j < d; ++j) acc[h * d + j] = acc[h * d + j] * corr + p * v[j];
-      m[h] = mn;
+      const int x = r * g + h;
+      const float* qh = q + r * q_stride + h * d;
+      float* ah = acc + int64_t(x) * d;
+      m[x] = -INFINITY;
+      l[x] = 0.0f;
+      for (int j = 0; j < d; ++j) ah[j] = 0.0f;
+      for (int64_t c0 = i0; c0 < e; c0 += ATTN_CHUNK) {
+        const int n = int(std::min<int64_t>(ATTN_CHUNK, e - c0));
+        float mx = -INFINITY;
+        for (int t = 0; t < n; ++t) {
+          const int64_t i = c0 + t;
+          const float* k = kpool + (table[i / bs] * bs + i % bs) * tok_stride;
+          float a = 0.0f;
+          for (int j = 0; j < d; ++j) a += qh[j] * k[j];
+          s[t] = a;
+          mx = std::max(mx, a);
+        }
+        const float mn = std::max(m[x], mx);
+        const float corr = std::exp(m[x] - mn);
+        float sum = 0.0f;
+        for (int t = 0; t < n; ++t) {
+          s[t] = std::exp(s[t] - mn);
+          sum += s[t];
+        }
+        l[x] = l[x] * corr + sum;
+        m[x] = mn;
+        for (int j = 0; j < d; ++j) ah[j] *= corr;
+        for (int t = 0; t < n; ++t) {
+          const int64_t i = c0 + t;
+          const float* v = vpool + (table[i / bs] * bs + i % bs) * tok_stride;
+          for (int j = 0; j < d; ++j) ah[j] += s[t] * v[j];
+        }
+      }
     }
   }
 }
@@ -236,7 +259,7 @@ void fill_scalar(IsaTable& t) {
   t.xlanes = 0;
   t.xgemm_lo = t.xgemm_hi = 0;
   t.silu_mul = silu_mul_scalar;
-  t.attn_part = attn_part_scalar;
+  t.attn_rows = attn_rows_scalar;
   t.dot[T_F32] = dot_f32;
   t.dot[T_F16] = dot_f16;
   t.dot[T_BF16] = dot_bf16;
