@@ -9,7 +9,8 @@ query heads of each KV head folded into the query-length axis so GQA needs no K/
 With QUEST on (`quest.py`) a sparse layer's decode reads only its selected blocks instead.
 Prefill chunks gather their own context; a chunk on top of a cached prefix folds GQA the same way
 and runs the CPU flash kernel with the offset causal mask as a bias (~13% faster than SDPA's GQA
-path at 465 x 1,465, same numbers).
+path at 465 x 1,465, same numbers). On GGUF blocks (`native`) prefill spans go to the native kernel
+instead (`native_prefill`): decode's numerics, per-row bits independent of chunking and cache.
 """
 
 from __future__ import annotations
