@@ -60,7 +60,13 @@ def native_prefill(q: torch.Tensor, cache: LayerKVCache, span: PrefillSpan) -> t
     The GGUF kernels' 8-bit activations turn SDPA's chunk-dependent last bits into log-probability
     differences of up to ~0.27 (docs/performance.md, session 40)."""
     slots = span.slots if span.slots.device.type == "cpu" else span.slots.cpu()
-    return kernel_ops.paged_prefill(q.contiguous(), cache.k, cache.v, slots, span_limits(span), q.shape[-1] ** -0.5)
+    return kernel_ops.paged_prefill(_rows(q), cache.k, cache.v, slots, span_limits(span), q.shape[-1] ** -0.5)
+
+
+def _rows(q: torch.Tensor) -> torch.Tensor:
+    """q as the native kernels take it: each row's [Hq, D] contiguous, rows at any stride (a view
+    of the fused qkv output passes without a copy; the kernel copies it scaled anyway)."""
+    return q if q.stride(2) == 1 and q.stride(1) == q.shape[2] else q.contiguous()
 
 
 def native_decode_ok(q: torch.Tensor, cache: LayerKVCache) -> bool:
@@ -80,7 +86,7 @@ def decode_attention(q: torch.Tensor, cache: LayerKVCache, meta: AttentionMetada
     sparse = quest.active(cache, meta)
     if native and not sparse and native_decode_ok(q, cache):
         # K/V read from the pool in place: no gather, no transpose (x86_attn.inc)
-        o = kernel_ops.paged_decode(qd.contiguous(), cache.k, cache.v, meta.decode_block_tables,
+        o = kernel_ops.paged_decode(_rows(qd), cache.k, cache.v, meta.decode_block_tables,
                                     meta.decode_ctx_lens, d ** -0.5)
         if meta.decode_contiguous:
             out[:b] = o

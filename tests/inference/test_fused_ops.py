@@ -274,8 +274,8 @@ def test_paged_prefill_rows_are_batch_invariant(isa: str, d: int, grp: int):
     each row's output the same bits whichever rows are computed with it (one chunk, chunks of 1,
     13 or 100 rows, a chunk on top of cached rows) and equal to ragk::paged_decode for the same
     token. Catches a row limit off by one (a row seeing its successor), slots read in the wrong
-    order, and any dependence of a row's arithmetic on the other rows or on where its chunk
-    starts: with 8-bit activations that is what made prompt log-probs depend on prefill chunking
+    order, a strided q read as if contiguous, and any dependence of a row's arithmetic on the
+    other rows or on where its chunk starts: with 8-bit activations that is what made prompt log-probs depend on prefill chunking
     and prefix-cache hits (up to 0.27 on the 0.5B)."""
     g = torch.Generator().manual_seed(1)
     nb, bs, hk, n = 40, 16, 2, 600
@@ -292,6 +292,10 @@ def test_paged_prefill_rows_are_batch_invariant(isa: str, d: int, grp: int):
         ops.set_isa(isa)
         full = ops.paged_prefill(q, kp, vp, slots, lims, scale)
         assert torch.allclose(full.double(), want, atol=2e-6)
+        # rows at a stride (q as a view of the fused qkv output, passed without a copy): same bits
+        wide = torch.cat([q.reshape(n, -1), torch.randn(n, 3 * d, generator=g)], 1)
+        strided = wide[:, : q.shape[1] * d].view(n, q.shape[1], d)
+        assert not strided.is_contiguous() and torch.equal(ops.paged_prefill(strided, kp, vp, slots, lims, scale), full)
         for step in (1, 13, 100):
             for a in range(0, n, step * 7):  # a sample of chunks of this size
                 b = min(n, a + step)

@@ -46,8 +46,10 @@ inline void merge(float& m, float& l, float* a, float m2, float l2, const float*
 }
 
 void check_pools(const at::Tensor& q, const at::Tensor& k_pool, const at::Tensor& v_pool, const char* op) {
-  TORCH_CHECK_VALUE(q.is_cpu() && q.scalar_type() == at::kFloat && q.dim() == 3 && q.is_contiguous(), "ragk: ", op,
-                    " q must be a contiguous float32 CPU [T, Hq, D] tensor");
+  // Rows may be strided (q as a view of the fused qkv projection): it is copied, scaled, anyway.
+  TORCH_CHECK_VALUE(q.is_cpu() && q.scalar_type() == at::kFloat && q.dim() == 3 && q.stride(2) == 1 &&
+                        q.stride(1) == q.size(2),
+                    "ragk: ", op, " q must be a float32 CPU [T, Hq, D] tensor with contiguous rows");
   TORCH_CHECK_VALUE(k_pool.scalar_type() == at::kFloat && v_pool.scalar_type() == at::kFloat && k_pool.dim() == 4 &&
                         k_pool.sizes() == v_pool.sizes() && k_pool.is_contiguous() && v_pool.is_contiguous(),
                     "ragk: ", op, " pools must be contiguous float32 [blocks, block_size, Hk, D]");
@@ -64,7 +66,9 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k_pool, const at::Tenso
   const int64_t g = hq / hk, ts = hk * d;
   std::vector<float> qs(size_t(t_rows * hq * d));
   const float* qp = q.data_ptr<float>();
-  for (size_t i = 0; i < qs.size(); ++i) qs[i] = qp[i] * float(scale);
+  const int64_t row = hq * d, qstride = q.stride(0);
+  for (int64_t r = 0; r < t_rows; ++r)
+    for (int64_t i = 0; i < row; ++i) qs[size_t(r * row + i)] = qp[r * qstride + i] * float(scale);
   const AttnRowsFn part = active_table().attn_rows;
   const float* kp = k_pool.data_ptr<float>();
   const float* vp = v_pool.data_ptr<float>();
