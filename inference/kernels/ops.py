@@ -143,6 +143,14 @@ def set_gemm_min_rows(rows: int) -> int:
     return int(torch.ops.ragk.set_gemm_min_rows(int(rows)))
 
 
+def matmul_path(qtype: int, m: int, gathered: bool = False) -> str:
+    """The kernel `quant_matmul` (`gathered`: `quant_matmul_rows`) runs for `m` activation rows of
+    this type on the active path: "x8_rows", "small_m_gemm", "panel_gemm", "lane_rows" or "rows".
+    On x86 they all give an output the same bits; this says which one the speed rules picked."""
+    _require()
+    return str(torch.ops.ragk.matmul_path(int(qtype), int(m), bool(gathered)))
+
+
 def has_xgemm(qtype: int) -> bool:
     """Whether the active path has the small-M GEMM for this type (x86_xgemm.inc)."""
     _require()

@@ -85,17 +85,18 @@ def test_prompt_numbers_do_not_depend_on_chunks_or_prefix_hits(block_llm):
     64-token chunks or on top of a prefix-cache hit. Catches prefill attention whose last bits
     depend on the chunk's row count or on a cached prefix: the 8-bit activations of the GGUF
     kernels turn those into log-prob differences of up to ~0.27 (SDPA's tiling before session 40),
-    so an answer depended on what the prefix cache held. Chunks stay >= 16 rows: below the small-M
-    GEMM's band the row kernels sum in another order (decode is not batch-invariant yet)."""
+    so an answer depended on what the prefix cache held. 64-token chunks run the GEMMs, 5-token
+    chunks the row kernels (since session 41 they sum like the GEMMs)."""
     ids = block_llm.tokenizer.encode(" ".join([TEXT] * 9))[:400]
     sched = block_llm.engine.scheduler
     block_llm.clear_prefix_cache()
     one = block_llm.prompt_logprobs([ids])[0]
     budget = sched.max_num_batched_tokens
     try:
-        sched.max_num_batched_tokens = 64
-        block_llm.clear_prefix_cache()
-        assert block_llm.prompt_logprobs([ids])[0] == one
+        for chunk in (64, 5):
+            sched.max_num_batched_tokens = chunk
+            block_llm.clear_prefix_cache()
+            assert block_llm.prompt_logprobs([ids])[0] == one, chunk
     finally:
         sched.max_num_batched_tokens = budget
     # prompt log-probs never read the prefix cache (every position is scored): the next token's do
@@ -112,6 +113,41 @@ def test_prompt_numbers_do_not_depend_on_chunks_or_prefix_hits(block_llm):
         hits = block_llm.stats()["prefix_cache_hits"]
         assert next_token() == cold, cut
         assert block_llm.stats()["prefix_cache_hits"] - hits >= cut  # it did start from the cached prefix
+
+
+def test_decode_numbers_do_not_depend_on_the_batch(block_llm, monkeypatch):
+    """Batch invariance of decode: a greedy continuation has the same tokens and the same log-prob
+    bits decoded alone, beside 2 or 6 other sequences, and while another prompt's prefill chunks
+    share its steps. Catches row kernels whose sums depend on how many rows a step holds: before
+    session 41 a decode row went through per-row kernels alone and through the small-M or panel
+    GEMM in a crowded step, so what a server's other users sent moved a question's log-probs
+    (and, through 8-bit activations, its answer)."""
+    tok = block_llm.tokenizer
+    ids = tok.encode(TEXT)[:60]
+    others = [tok.encode(f"{i} {TEXT[i * 40:]}")[:30 + 7 * i] for i in range(6)]
+    long = tok.encode(" ".join([TEXT] * 6))[:500]
+    sp = SamplingParams(max_tokens=12, temperature=0.0, logprobs=5, ignore_eos=True)
+
+    def run(batch: list[list[int]]) -> tuple[list[int], list[dict]]:
+        block_llm.clear_prefix_cache()
+        out = block_llm.generate(batch, sp)[0].outputs[0]
+        return list(out.token_ids), [{t: float(getattr(v, "logprob", v)) for t, v in d.items()} for d in out.logprobs]
+
+    alone = run([ids])
+    assert run([ids] + others[:2]) == alone
+    assert run([ids] + others) == alone
+    sched = block_llm.engine.scheduler
+    schedule, mixed = sched.schedule, []
+
+    def recording():  # steps where a decode row and a prompt chunk of 2+ rows run together
+        batch = schedule()
+        mixed.append(1 in batch.num_tokens and max(batch.num_tokens, default=0) > 1)
+        return batch
+
+    monkeypatch.setattr(sched, "schedule", recording)
+    monkeypatch.setattr(sched, "max_num_batched_tokens", 80)  # the long prompt in chunks beside the decode
+    assert run([ids, long]) == alone
+    assert sum(mixed) >= 2
 
 
 def test_logits_match_float32(llm, block_llm):

@@ -376,18 +376,23 @@ def test_small_m_gemm_matches_row_kernels(qtype: int, xgemm_on):
 
 def test_small_m_gemm_is_used_where_built(xgemm_on):
     """Catches the dispatch never reaching the small-M GEMM (a wrong range check or table entry):
-    where an x86 path has it, forcing it on and off gives different float summation orders on a
-    large product (and the same values to 1e-5)."""
+    where an x86 path has it, forced on it is the kernel `matmul_path` names for M = 16 (off: the
+    lane row kernels), and both give the same bits."""
     if not ops.has_xgemm(F.Q4_K):
         pytest.skip(f"no small-M GEMM on this path ({ops.isa()})")
     assert ops.has_xgemm(F.Q5_0) and ops.has_xgemm(F.Q6_K)
     k = 2048
     w = torch.from_numpy(make_weights(F.Q4_K, 64, k, seed=2))
     x = torch.randn(16, k)
+    assert ops.matmul_path(F.Q4_K, 16) == "small_m_gemm"
     a = ops.quant_matmul(x, w, F.Q4_K, k)
-    b = torch.from_numpy(_rows_only(x, w, F.Q4_K, k))
-    assert not torch.equal(a, b)
-    assert rel_max(a.numpy(), b.numpy()) < 1e-5
+    xb, gb = ops.set_xgemm_rows(0, 0), ops.set_gemm_min_rows(0)
+    try:
+        assert ops.matmul_path(F.Q4_K, 16) == "lane_rows"
+    finally:
+        ops.set_xgemm_rows(*xb)
+        ops.set_gemm_min_rows(gb)
+    assert torch.equal(a, torch.from_numpy(_rows_only(x, w, F.Q4_K, k)))
 
 
 @pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
@@ -418,8 +423,8 @@ def test_panel_gemm_matches_row_kernels(qtype: int, gemm_rows):
 
 def test_panel_gemm_is_used_where_built(gemm_rows):
     """Catches the dispatch silently never reaching the panel GEMM (a wrong threshold or table
-    entry): where the active x86 path has it, forcing it on and off must give different float
-    summation orders on a large product (and the same values to 1e-5)."""
+    entry): where the active x86 path has it, it is the kernel `matmul_path` names for 48 rows
+    from the threshold on (below it, off: the lane row kernels), and both give the same bits."""
     if not any(ops.has_gemm(t) for t in GEMM_TYPES):
         pytest.skip(f"no panel GEMM on this path ({ops.isa()})")
     assert ops.has_gemm(F.Q4_K) and ops.has_gemm(F.Q5_0) and ops.has_gemm(F.Q6_K)
@@ -427,11 +432,81 @@ def test_panel_gemm_is_used_where_built(gemm_rows):
     w = torch.from_numpy(make_weights(F.Q4_K, 64, k, seed=2))
     x = torch.randn(48, k)
     gemm_rows(0)
+    assert ops.matmul_path(F.Q4_K, 48) == "lane_rows"
     a = ops.quant_matmul(x, w, F.Q4_K, k)
     gemm_rows(16)
+    assert ops.matmul_path(F.Q4_K, 48) == "panel_gemm"
     b = ops.quant_matmul(x, w, F.Q4_K, k)
-    assert not torch.equal(a, b)
-    assert rel_max(b.numpy(), a.numpy()) < 1e-5
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
+def test_every_row_gets_the_same_bits_whatever_m(qtype: int):
+    """Batch invariance. Catches any kernel that sums an output in an order depending on how many
+    activation rows the call holds (a row kernel keeping per-lane partial sums, a GEMM applying a
+    block's scale in another order, a ragged weight group's lanes): on every x86 path, each row's
+    outputs have the same bits alone, in chunks of 2 to 20 rows, in all 40 rows by the panel GEMM,
+    the small-M GEMM or the lane row kernels (forced for every M), and as gathered columns
+    (`quant_matmul_rows`, the constrained head). Session 40 measured answers moving with such
+    last-bit differences once 8-bit activations amplify them."""
+    paths = [p for p in ops.supported_isas() if p not in ("scalar", "neon")]
+    if not paths:
+        pytest.skip("no x86 SIMD path on this CPU")
+    n = 37
+    cols = torch.tensor([36, 3, 17, 8, 0, 9])
+    g0, x0 = ops.set_gemm_min_rows(16), ops.set_xgemm_rows(-1, -1)
+    try:
+        for k in k_values(qtype):
+            w = torch.from_numpy(make_weights(qtype, n, k, seed=5))
+            x = torch.from_numpy(np.random.default_rng(k).standard_normal((40, k)).astype(np.float32))
+            for isa in paths:
+                ops.set_isa(isa)
+                full = ops.quant_matmul(x, w, qtype, k).numpy()
+                ctx = f"{F.type_name(qtype)} K={k} isa={isa}"
+                for c in (1, 2, 3, 5, 7, 13, 20):
+                    parts = np.concatenate([ops.quant_matmul(x[i:i + c], w, qtype, k).numpy() for i in range(0, 40, c)])
+                    assert np.array_equal(parts, full), f"{ctx} chunks of {c}"
+                for name, (gmin, band) in {"panel": (1, (0, 0)), "small_m": (16, (1, 1 << 30)),
+                                           "lanes": (0, (0, 0))}.items():
+                    ops.set_gemm_min_rows(gmin)
+                    ops.set_xgemm_rows(*band)
+                    if name != "lanes" and ops.matmul_path(qtype, 40) == "lane_rows":
+                        continue  # this GEMM is not built for the type on this path (Q8_0 on AVX2)
+                    assert np.array_equal(ops.quant_matmul(x, w, qtype, k).numpy(), full), f"{ctx} {name}"
+                    ops.set_gemm_min_rows(16)
+                    ops.set_xgemm_rows(-1, -1)
+                for m in (1, 3, 40):
+                    got = ops.quant_matmul_rows(x[:m], w, qtype, k, cols).numpy()
+                    assert np.array_equal(got, full[:m][:, cols.numpy()]), f"{ctx} gathered, M={m}"
+    finally:
+        ops.set_gemm_min_rows(g0)
+        ops.set_xgemm_rows(*x0)
+        ops.set_isa(None)
+
+
+def test_x8_rows_get_the_bits_of_plain_rows():
+    """Catches the x8 layout's kernels (decode rows, panels, gathered copies) applying Q4_K's scales
+    or minimums in another order than the plain rows' kernels: on every x86 path the same weights,
+    repacked by 8, give every output the same bits for any M and as gathered columns."""
+    paths = [p for p in ops.supported_isas() if p not in ("scalar", "neon")]
+    if not paths:
+        pytest.skip("no x86 SIMD path on this CPU")
+    k, n = 768, 40
+    w = torch.from_numpy(make_weights(F.Q4_K, n, k, seed=7))
+    w8 = ops.repack_q4_k_x8(w, k)
+    x = torch.from_numpy(np.random.default_rng(k).standard_normal((40, k)).astype(np.float32))
+    cols = torch.tensor([39, 3, 17, 8, 0])
+    try:
+        for isa in paths:
+            ops.set_isa(isa)
+            plain = ops.quant_matmul(x, w, F.Q4_K, k).numpy()
+            for c in (1, 3, 5, 13, 40):
+                got = np.concatenate([ops.quant_matmul(x[i:i + c], w8, F.Q4_K_X8, k).numpy() for i in range(0, 40, c)])
+                assert np.array_equal(got, plain), f"{isa} chunks of {c}"
+            got = ops.quant_matmul_rows(x[:2], w8, F.Q4_K_X8, k, cols).numpy()
+            assert np.array_equal(got, plain[:2][:, cols.numpy()]), isa
+    finally:
+        ops.set_isa(None)
 
 
 def test_q8_0_gemms_only_on_vpdpbusd_paths():

@@ -196,6 +196,14 @@ using QuantFn = void (*)(const float* x, void* out, int64_t k);
 using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xstride, int mr, float* out,
                         int64_t ostride);
 
+// 8 weight rows (wr[0..7]: the first nr are the ones wanted, the others repeat one of them) against
+// mr (1..4) activation rows (row r at x + r * xstride bytes): the outputs of activation row r at
+// out[r * ostride + 0 .. nr - 1]. Each output gets the same float arithmetic, in the same order, as
+// in the small-M and panel GEMMs (x86_lanes.inc), so a row's bits do not depend on M. pf: each row's
+// bytes this far ahead are prefetched as its blocks are read (the next group; 0: none).
+using DotLFn = void (*)(int64_t n, const uint8_t* const* wr, int nr, const uint8_t* x, size_t xstride, int mr,
+                        float* out, int64_t ostride, int64_t pf);
+
 // Q4_K rows interleaved by 8 ("x8", repack.cpp): per super-block i, 1,152 bytes for the 8 rows
 // of a group: d[8] and dmin[8] (fp16), the three 32-bit words of each row's packed 6-bit scales
 // (a[8], b[8], c[8]), then qs: for sub-block pair p (0..3) and element quad t (0..7), 32 bytes
@@ -282,6 +290,7 @@ struct IsaTable {
   QuantFn quant256;
   DotFn dot[T_COUNT];
   DotMFn dotm[T_COUNT];
+  DotLFn dotl[T_COUNT];  // row kernels with outputs in lanes (null: dot / dotm)
   Dot8Fn dot8_q4k;  // GEMV on Q4_K x8 groups
   void (*x8_unpack)(const uint8_t* grp, int64_t nsb, uint8_t* dst, int64_t rb);  // a group -> 8 plain rows
   GemmFn gemm[T_COUNT];

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 #include <optional>
+#include <string>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -153,15 +154,45 @@ const uint8_t* quantised_x(const IsaTable& tb, const at::Tensor& x, int t, int64
   return dst;
 }
 
+// Which kernel computes m activation rows against weights of GGML type t (gathered rows or the
+// whole tensor): one home for the choice, read by matmul_rows_into and reported by matmul_path_op.
+// On x86 every choice gives an output the same bits (batch invariance, x86_lanes.inc); the choice
+// is speed only.
+enum class MatmulPath { kX8Rows, kXGemm, kPanel, kLanes, kRows };
+
+MatmulPath choose_path(const IsaTable& tb, int t, int64_t m, bool gathered) {
+  const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
+  // Decode (one row or a batch below the panel GEMM) on x8 weights: 8 weight rows per register.
+  if (t == T_Q4_KX8 && !gathered && (gmin <= 0 || m < gmin)) return MatmulPath::kX8Rows;
+  const int kt = t == T_Q4_KX8 ? int(T_Q4_K) : t;  // the kernels of the rows' own layout
+  const auto [xlo, xhi] = xgemm_band(tb);
+  // x8 weights skip the small-M GEMM where the panel GEMM packs their groups directly: it reads
+  // them as they are, the small-M GEMM only through unpacked copies (measured 1.04 vs 0.87 of the
+  // plain rows' speed at 16 rows, AVX2 path, Zen 4)
+  const bool x8_panels = t == T_Q4_KX8 && !gathered && tb.gemm[t] != nullptr;
+  if (tb.xgemm[kt] != nullptr && xlo > 0 && m >= xlo && m <= xhi && !x8_panels) return MatmulPath::kXGemm;
+  if ((x8_panels || tb.gemm[kt] != nullptr) && gmin > 0 && m >= gmin) return MatmulPath::kPanel;
+  return tb.dotl[kt] != nullptr ? MatmulPath::kLanes : MatmulPath::kRows;
+}
+
+const char* path_name(MatmulPath p) {
+  switch (p) {
+    case MatmulPath::kX8Rows: return "x8_rows";
+    case MatmulPath::kXGemm: return "small_m_gemm";
+    case MatmulPath::kPanel: return "panel_gemm";
+    case MatmulPath::kLanes: return "lane_rows";
+    default: return "rows";
+  }
+}
+
 // Output columns [0, n_out) of weight rows (rows[j] or j) for all m activation rows, written to
-// o[i * ldo + j]: the panel GEMM from g_gemm_min_rows rows, otherwise the row kernels.
+// o[i * ldo + j], by the kernel choose_path picks.
 void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, int64_t rb, const int64_t* rows,
                       int64_t n_out, const uint8_t* xq, int64_t m, float* o, int64_t ldo) {
   const size_t xrb = x_row_bytes(t, k);
-  const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
-  if (t == T_Q4_KX8 && rows == nullptr && (gmin <= 0 || m < gmin)) {
-    // Decode (one row or a batch below the panel GEMM): 8 weight rows per register, each group
-    // read from memory once and kept in L1 for every 4 activation rows.
+  const MatmulPath path = choose_path(tb, t, m, rows != nullptr);
+  if (path == MatmulPath::kX8Rows) {
+    // each group read from memory once and kept in L1 for every 4 activation rows
     const Dot8Fn dot8 = tb.dot8_q4k;
     const int64_t grain = std::max<int64_t>(1, row_task_macs() / (k * X8_ROWS * std::min<int64_t>(m, 4)));
     at::parallel_for(0, n_out / X8_ROWS, grain, [&](int64_t b, int64_t e) {
@@ -173,15 +204,8 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
     return;
   }
   const int kt = t == T_Q4_KX8 ? int(T_Q4_K) : t;  // the kernels of the rows' own layout
-  const DotFn dot = tb.dot[kt];
-  const DotMFn dotm = tb.dotm[kt];
-  const XGemmFn xgemm = tb.xgemm[kt];
-  const auto [xlo, xhi] = xgemm_band(tb);
-  // x8 weights skip the small-M GEMM where the panel GEMM packs their groups directly: it reads
-  // them as they are, the small-M GEMM only through unpacked copies (measured 1.04 vs 0.87 of the
-  // plain rows' speed at 16 rows, AVX2 path, Zen 4)
-  const bool x8_panels = t == T_Q4_KX8 && rows == nullptr && tb.gemm[t] != nullptr;
-  if (xgemm != nullptr && xlo > 0 && m >= xlo && m <= xhi && !x8_panels) {
+  if (path == MatmulPath::kXGemm) {
+    const XGemmFn xgemm = tb.xgemm[kt];
     // Activations packed once on this thread (m * k bytes: small), read by every task.
     const XKind kind = x_kind(t);
     std::vector<uint8_t> xp(xpanel_bytes(kind, k, m, tb.xlanes));
@@ -196,10 +220,11 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
     });
     return;
   }
-  // x8 weights: the panel GEMM packs their groups directly (no unpacked copy); gathered rows go
-  // through copies
-  const GemmFn gemm = x8_panels ? tb.gemm[t] : tb.gemm[kt];
-  if (gemm != nullptr && gmin > 0 && m >= gmin) {
+  if (path == MatmulPath::kPanel) {
+    // x8 weights: the panel GEMM packs their groups directly (no unpacked copy); gathered rows go
+    // through copies
+    const bool x8_panels = t == T_Q4_KX8 && rows == nullptr && tb.gemm[t] != nullptr;
+    const GemmFn gemm = x8_panels ? tb.gemm[t] : tb.gemm[kt];
     // Tasks are groups of 16 output columns (one 512-bit or two 256-bit panels); ~1M
     // multiply-adds per task at least.
     const int64_t groups = (n_out + 15) / 16;
@@ -217,12 +242,43 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
   // o_proj / qkv of the 0.5B (896 x 896, 1152 x 896) ran on one thread at ~10 GB/s; at 256K on
   // both: the 0.5B's projections 15.9 -> 14.6 ms per token (Zen 4, 2 threads, best of 3).
   const int64_t grain = std::max<int64_t>(4, row_task_macs() / (k * std::min<int64_t>(m, kMTile)));
+  if (path == MatmulPath::kLanes) {
+    const DotLFn dotl = tb.dotl[kt];
+    // Groups of 8 output columns, their outputs in lanes (x86_lanes.inc): the same bits per output
+    // as the GEMMs above give it, so a row's result does not depend on m (batch invariance).
+    const int64_t groups = (n_out + 7) / 8;
+    at::parallel_for(0, groups, std::max<int64_t>(1, grain / 8), [&](int64_t b, int64_t e) {
+      with_plain_rows(tb, t, k, wp, rb, rows, b * 8, std::min(n_out, e * 8),
+                      [&](const uint8_t* wv, const int64_t* rws, int64_t lo, int64_t hi, int64_t sh) {
+        float* ov = o + sh;
+        for (int64_t m0 = 0; m0 < m; m0 += kMTile) {
+          const int64_t m1 = std::min(m, m0 + kMTile);
+          for (int64_t j = lo; j < hi; j += 8) {
+            const int nr = int(std::min<int64_t>(8, hi - j));
+            const uint8_t* wr[8];
+            for (int r = 0; r < 8; ++r) wr[r] = wv + (rws ? rws[j + std::min(r, nr - 1)] : j + std::min(r, nr - 1)) * rb;
+            // Decode streams the weights from DRAM: the next group's bytes are prefetched in order,
+            // a block's worth per block read (8 row streams side by side are a pattern the hardware
+            // prefetcher does not follow: a 32,768 x 896 Q8_0 matrix, the head's shape, took
+            // 1.5-3x as long without this, Zen 4, 2 threads).
+            const int64_t pf = (m0 == 0 && rws == nullptr && wv == wp && j + 16 <= hi) ? 8 * rb : 0;
+            for (int64_t i = m0; i < m1; i += 4)
+              dotl(k, wr, nr, xq + i * xrb, xrb, int(std::min<int64_t>(4, m1 - i)), ov + i * ldo + j, ldo,
+                   i == m0 ? pf : 0);
+          }
+        }
+      });
+    });
+    return;
+  }
   // Weights are read once per call (decode streams the whole model from DRAM every token): a
   // software prefetch a few KB ahead of the row being read keeps the loads from stalling. Not for
   // rows as long as the distance: there it re-requests lines of the row the hardware prefetcher is
   // already streaming (Zen 4, 2 threads: the 1.5B's Q6_K down_proj, 7 KB rows, 6.96 -> 4.80 ms
   // per token without it).
   const int64_t pfd = (rows || int64_t(rb) >= prefetch_bytes()) ? 0 : prefetch_bytes();
+  const DotFn dot = tb.dot[kt];
+  const DotMFn dotm = tb.dotm[kt];
   at::parallel_for(0, n_out, grain, [&](int64_t b, int64_t e) {
     with_plain_rows(tb, t, k, wp, rb, rows, b, e, [&](const uint8_t* wv, const int64_t* rws, int64_t lo, int64_t hi,
                                                    int64_t sh) {
@@ -363,6 +419,11 @@ int64_t row_bytes_op(int64_t qtype, int64_t k) { return row_bytes_checked(qtype,
 
 int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(rows); }
 
+std::string matmul_path_op(int64_t qtype, int64_t m, bool gathered) {
+  check_type(qtype);
+  return path_name(choose_path(active_table(), int(qtype), m, gathered));
+}
+
 std::tuple<int64_t, int64_t> set_xgemm_rows_op(int64_t lo, int64_t hi) {
   return {g_xgemm_lo.exchange(lo), g_xgemm_hi.exchange(hi)};
 }
@@ -449,6 +510,7 @@ TORCH_LIBRARY(ragk, m) {
   m.def("set_isa(str name) -> bool", &ragk::set_isa_op);
   m.def("row_bytes(int qtype, int k) -> int", &ragk::row_bytes_op);
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
+  m.def("matmul_path(int qtype, int m, bool gathered=False) -> str", &ragk::matmul_path_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
   m.def("set_xgemm_rows(int lo, int hi) -> (int, int)", &ragk::set_xgemm_rows_op);
   m.def("has_xgemm(int qtype) -> bool", &ragk::has_xgemm_op);
