@@ -199,8 +199,9 @@ using DotMFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* x, size_t xs
 // 8 weight rows (wr[0..7]: the first nr are the ones wanted, the others repeat one of them) against
 // mr (1..4) activation rows (row r at x + r * xstride bytes): the outputs of activation row r at
 // out[r * ostride + 0 .. nr - 1]. Each output gets the same float arithmetic, in the same order, as
-// in the small-M and panel GEMMs (x86_lanes.inc), so a row's bits do not depend on M. pf: each row's
-// bytes this far ahead are prefetched as its blocks are read (the next group; 0: none).
+// in the small-M and panel GEMMs (x86_lanes.inc), so a row's bits do not depend on M. pf: the rows
+// read next start pf bytes after wr[0] (the next group, contiguous): their bytes are prefetched in
+// order, one block of each of 8 rows per block read (0: none).
 using DotLFn = void (*)(int64_t n, const uint8_t* const* wr, int nr, const uint8_t* x, size_t xstride, int mr,
                         float* out, int64_t ostride, int64_t pf);
 
@@ -275,9 +276,10 @@ int64_t gemm_xblock_kb();
 int64_t set_gemm_xblock_kb(int64_t kb);
 
 // Software prefetch of weights that are about to be read (RAG_PREFETCH, default 4096; 0 = off;
-// ops.set_prefetch at run time): the row kernels prefetch this many bytes ahead of the row they
-// read, the panel GEMM the next panel's rows while it computes on the current one. Decode streams
-// the whole model from DRAM every step, and without it the loads stall.
+// ops.set_prefetch at run time): the plain row kernels (scalar, NEON) prefetch this many bytes
+// ahead of the row they read, the x86 lane kernels the next group of 8 rows as they read one, the
+// panel GEMM the next panel's rows while it computes on the current one. Decode streams the whole
+// model from DRAM every step, and without it the loads stall.
 int64_t prefetch_bytes();
 // Multiply-adds per row-kernel task at least (RAG_ROW_TASK_KMACS, in units of 1024; default 256).
 int64_t row_task_macs();

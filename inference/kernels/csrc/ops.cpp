@@ -11,7 +11,6 @@
 #include <tuple>
 #include <utility>
 #include <optional>
-#include <string>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -247,6 +246,7 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
     // Groups of 8 output columns, their outputs in lanes (x86_lanes.inc): the same bits per output
     // as the GEMMs above give it, so a row's result does not depend on m (batch invariance).
     const int64_t groups = (n_out + 7) / 8;
+    const bool pfl = prefetch_bytes() > 0;  // RAG_PREFETCH=0 / ops.set_prefetch(0) turn it off
     at::parallel_for(0, groups, std::max<int64_t>(1, grain / 8), [&](int64_t b, int64_t e) {
       with_plain_rows(tb, t, k, wp, rb, rows, b * 8, std::min(n_out, e * 8),
                       [&](const uint8_t* wv, const int64_t* rws, int64_t lo, int64_t hi, int64_t sh) {
@@ -261,7 +261,7 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
             // a block's worth per block read (8 row streams side by side are a pattern the hardware
             // prefetcher does not follow: a 32,768 x 896 Q8_0 matrix, the head's shape, took
             // 1.5-3x as long without this, Zen 4, 2 threads).
-            const int64_t pf = (m0 == 0 && rws == nullptr && wv == wp && j + 16 <= hi) ? 8 * rb : 0;
+            const int64_t pf = (pfl && m0 == 0 && rws == nullptr && wv == wp && j + 16 <= hi) ? 8 * rb : 0;
             for (int64_t i = m0; i < m1; i += 4)
               dotl(k, wr, nr, xq + i * xrb, xrb, int(std::min<int64_t>(4, m1 - i)), ov + i * ldo + j, ldo,
                    i == m0 ? pf : 0);
