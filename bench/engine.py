@@ -14,13 +14,17 @@ against HF's CPU default (fp32) can be measured. `--llama-cpp` adds llama.cpp th
 Single stream, beside the workload: `decode_tok_s` (one request alone, tokens/s after the first)
 and `prefill_tok_s` (one uncached 1,000-token prompt), and with `--llama-cpp` the same two on
 llama.cpp (`llama_cpp_decode_tok_s`, `llama_cpp_prefill_tok_s`, `decode_ratio_vs_llama_cpp`,
-`prefill_ratio_vs_llama_cpp`). `cpu_model`/`cpu_flags` and the kernel ISA are printed and written
+`prefill_ratio_vs_llama_cpp`): after the workload, `--single-rounds` rounds (default 3) with engine
+and llama.cpp alternating, medians reported and each round's values in `*_rounds`
+(`decode_tok_s_first` / `prefill_tok_s_first`: the engine's one measurement before the workload, as
+runs before session 42 reported it). `cpu_model`/`cpu_flags` and the kernel ISA are printed and written
 with every run: a ratio holds for the instruction set it was measured on only.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -139,31 +143,49 @@ def single_stream(llm: LLM, decode_prompt: list[int], prefill_prompt: list[int],
     return {"decode_tok_s": decode, "prefill_tok_s": len(prefill_prompt) / first.metrics.ttft}
 
 
-def llama_cpp_single_stream(model: str, decode_prompt: list[int], prefill_prompt: list[int], max_new: int,
-                            threads: int) -> dict:
+class LlamaCppSingle:
     """The same two measurements on llama.cpp (same GGUF, same threads, a fresh context each)."""
-    from llama_cpp import Llama
 
-    from inference.catalog import catalog_gguf
+    def __init__(self, model: str, n_ctx: int, threads: int) -> None:
+        from llama_cpp import Llama
 
-    gguf = catalog_gguf(model) or Path(model)
-    ll = Llama(model_path=str(gguf), n_ctx=len(prefill_prompt) + max_new + 16, n_threads=threads,
-               n_threads_batch=threads, n_batch=512, verbose=False)
-    ll.eval(decode_prompt[:16])  # warm-up
-    ll.reset()
-    t0 = time.perf_counter()
-    t_first = None
-    for i, _ in enumerate(ll.generate(decode_prompt, top_k=1, temp=0.0, repeat_penalty=1.0)):
-        if i == 0:
-            t_first = time.perf_counter()
-        if i + 1 >= max_new:
-            break
-    decode = (max_new - 1) / (time.perf_counter() - (t_first or t0))
-    ll.reset()
-    t0 = time.perf_counter()
-    ll.eval(prefill_prompt)
-    prefill = len(prefill_prompt) / (time.perf_counter() - t0)
-    return {"llama_cpp_decode_tok_s": decode, "llama_cpp_prefill_tok_s": prefill}
+        from inference.catalog import catalog_gguf
+
+        gguf = catalog_gguf(model) or Path(model)
+        self.ll = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
+                        verbose=False)
+
+    def __call__(self, decode_prompt: list[int], prefill_prompt: list[int], max_new: int) -> dict:
+        ll = self.ll
+        ll.reset()
+        ll.eval(decode_prompt[:16])  # warm-up
+        ll.reset()
+        t0 = time.perf_counter()
+        t_first = None
+        for i, _ in enumerate(ll.generate(decode_prompt, top_k=1, temp=0.0, repeat_penalty=1.0)):
+            if i == 0:
+                t_first = time.perf_counter()
+            if i + 1 >= max_new:
+                break
+        decode = (max_new - 1) / (time.perf_counter() - (t_first or t0))
+        ll.reset()
+        t0 = time.perf_counter()
+        ll.eval(prefill_prompt)
+        prefill = len(prefill_prompt) / (time.perf_counter() - t0)
+        return {"llama_cpp_decode_tok_s": decode, "llama_cpp_prefill_tok_s": prefill}
+
+
+def alternating(rounds: int, runs: list) -> tuple[dict, dict]:
+    """Run each measurement once per round, the order swapped every round, and give the median of
+    every field with the per-round values: a peer measured minutes after the engine saw another
+    machine state (this 2-core box moved 25 -> 31 tok/s between consecutive runs), so the ratios
+    come from rounds taken side by side."""
+    vals: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for run in (runs if r % 2 == 0 else runs[::-1]):
+            for key, v in run().items():
+                vals.setdefault(key, []).append(v)
+    return {k: statistics.median(v) for k, v in vals.items()}, {f"{k}_rounds": v for k, v in vals.items()}
 
 
 def cpu_description() -> dict:
@@ -217,6 +239,8 @@ def main() -> None:
                     help="engine linear layers: auto (GGUF blocks + native kernels for a GGUF model), none "
                          "(float weights), int8 (torch._int_mm; VNNI/AMX CPUs only), gguf (blocks, required)")
     ap.add_argument("--single-new", type=int, default=64, help="tokens of the single-stream decode measurement")
+    ap.add_argument("--single-rounds", type=int, default=3,
+                    help="rounds of the single-stream measurements (engine and llama.cpp alternating; medians)")
     ap.add_argument("--skip-hf", action="store_true", help="no HF transformers peer (e.g. only llama.cpp)")
     ap.add_argument("--llama-cpp", action="store_true",
                     help="also run llama.cpp (llama-cpp-python, the model's GGUF, sequential) when installed")
@@ -245,7 +269,8 @@ def main() -> None:
     # one request alone first, on the fresh engine (llama.cpp gets the same, fresh, below)
     decode_prompt = prompts[0][-120:]
     prefill_prompt = (system + prompts[1][len(system):])[:1000]
-    single = single_stream(llm, decode_prompt, prefill_prompt, args.single_new)
+    # one request alone, before the workload on the fresh engine (kept for comparison with older runs)
+    single_first = single_stream(llm, decode_prompt, prefill_prompt, args.single_new)
     llm.clear_prefix_cache()
 
     e_time, outs = run_engine(llm, prompts, args.max_new)
@@ -260,11 +285,16 @@ def main() -> None:
     t_cold = ttft(llm, system, tails, caching=False)
 
     l_time = None
-    l_single: dict = {}
-    if args.llama_cpp and not _no_llama_cpp():
-        l_single = llama_cpp_single_stream(args.model, decode_prompt, prefill_prompt, args.single_new,
-                                           torch.get_num_threads())
+    runs = [lambda: single_stream(llm, decode_prompt, prefill_prompt, args.single_new)]
+    with_llama = args.llama_cpp and not _no_llama_cpp()
+    if with_llama:
         l_time = run_llama_cpp(args.model, prompts, args.max_new, torch.get_num_threads())
+        peer = LlamaCppSingle(args.model, len(prefill_prompt) + args.single_new + 16, torch.get_num_threads())
+        runs.append(functools.partial(peer, decode_prompt, prefill_prompt, args.single_new))
+    single, single_rounds = alternating(args.single_rounds, runs)
+    llm.clear_prefix_cache()
+    l_single = {k: v for k, v in single.items() if k.startswith("llama_cpp")}
+    single = {k: v for k, v in single.items() if not k.startswith("llama_cpp")}
 
     res = {
         "requests": n,
@@ -294,6 +324,10 @@ def main() -> None:
         "llama_cpp": "not installed" if _no_llama_cpp() else ("run" if l_time else "installed (not run)"),
         **single,
         **l_single,
+        "single_rounds": args.single_rounds,
+        **single_rounds,
+        "decode_tok_s_first": single_first["decode_tok_s"],
+        "prefill_tok_s_first": single_first["prefill_tok_s"],
         **cpu_description(),
         "kernels": kernel_description(),
         "engine_weight_bytes": weight_bytes(llm.engine.model),
