@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 import bench._common  # noqa: E402, F401  (sets the offline environment)
 from bench._common import agreement, report  # noqa: E402
-from bench.engine import cpu_description, llama_cpp_single_stream, single_stream, text  # noqa: E402
+from bench.engine import LlamaCppSingle, cpu_description, single_stream, text  # noqa: E402
 from inference import LLM, SamplingParams  # noqa: E402
 from inference.kernels import ops  # noqa: E402
 from inference.layers.gguf_linear import GGUFLinear, type_name  # noqa: E402
@@ -131,7 +131,8 @@ def main() -> None:
         result["shapes"] = shape_table(llm.engine.model, paths, args.reps)
     if args.llama_cpp:
         prefill = tok.encode(text(rng, int(args.prefill_tokens * 0.8)))[: args.prefill_tokens]
-        result.update(llama_cpp_single_stream(args.model, decode_prompt, prefill, args.new_tokens, args.threads))
+        peer = LlamaCppSingle(args.model, len(prefill) + args.new_tokens + 16, args.threads)
+        result.update(peer(decode_prompt, prefill, args.new_tokens))
     report(result, args.json)
 
 
