@@ -23,6 +23,7 @@ __all__ = [
     "dequantize",
     "dequantize_rows",
     "has_gemm",
+    "has_tile",
     "isa",
     "load_error",
     "quant_matmul",
@@ -31,6 +32,7 @@ __all__ = [
     "row_bytes",
     "set_gemm_min_rows",
     "set_isa",
+    "set_tile_min_rows",
     "supported_isas",
     "x8_enabled",
 ]
@@ -143,9 +145,25 @@ def set_gemm_min_rows(rows: int) -> int:
     return int(torch.ops.ragk.set_gemm_min_rows(int(rows)))
 
 
+def set_tile_min_rows(rows: int) -> int:
+    """From how many activation rows the tile GEMM (AMX) runs: -1 = each type's measured default
+    (Q4_K / Q5_K 32, Q6_K 64), 0 = never, n = from n rows; returns the previous value.
+    RAG_TILE_MIN_ROWS overrides. Below the threshold the AVX-512 GEMMs run (same bits). Tests force
+    each path with it; benchmarks compare them."""
+    _require()
+    return int(torch.ops.ragk.set_tile_min_rows(int(rows)))
+
+
+def has_tile(qtype: int) -> bool:
+    """Whether the active path has a tile-unit GEMM (AMX) for this type."""
+    _require()
+    return bool(torch.ops.ragk.has_tile(qtype))
+
+
 def matmul_path(qtype: int, m: int, gathered: bool = False) -> str:
     """The kernel `quant_matmul` (`gathered`: `quant_matmul_rows`) runs for `m` activation rows of
-    this type on the active path: "x8_rows", "small_m_gemm", "panel_gemm", "lane_rows" or "rows".
+    this type on the active path: "x8_rows", "small_m_gemm", "panel_gemm", "tile_gemm", "lane_rows"
+    or "rows".
     On x86 they all give an output the same bits; this says which one the speed rules picked."""
     _require()
     return str(torch.ops.ragk.matmul_path(int(qtype), int(m), bool(gathered)))

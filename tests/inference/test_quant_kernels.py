@@ -309,9 +309,11 @@ def gemm_rows():
     meanwhile, so "forced on from M=1" reaches the panel GEMM for every M."""
     before = ops.set_gemm_min_rows(16)
     xbefore = ops.set_xgemm_rows(0, 0)
+    tbefore = ops.set_tile_min_rows(0)
     yield ops.set_gemm_min_rows
     ops.set_gemm_min_rows(before)
     ops.set_xgemm_rows(*xbefore)
+    ops.set_tile_min_rows(tbefore)
     ops.set_isa(None)
 
 
@@ -326,16 +328,24 @@ def xgemm_on():
     ops.set_isa(None)
 
 
-@pytest.fixture(params=["panel", "small_m"])
+def has_amx() -> bool:
+    return ops.available() and "amx" in ops.supported_isas()
+
+
+@pytest.fixture(params=["panel", "small_m", "tile"])
 def forced_gemm(request):
-    """Forces one GEMM for every M, the panel GEMM or the small-M GEMM (where the path has it),
-    restores after: tests that must hold for both take this."""
-    panel = request.param == "panel"
-    g0 = ops.set_gemm_min_rows(1 if panel else 16)
-    x0 = ops.set_xgemm_rows(*((0, 0) if panel else (1, 1 << 30)))
+    """Forces one GEMM for every M, the panel GEMM, the small-M GEMM (where the path has it) or the
+    tile GEMM (AMX CPUs only), restores after: tests that must hold for each take this."""
+    if request.param == "tile" and not has_amx():
+        pytest.skip("no AMX tile GEMM on this CPU")
+    big = request.param != "small_m"
+    g0 = ops.set_gemm_min_rows(1 if big else 16)
+    x0 = ops.set_xgemm_rows(*((0, 0) if big else (1, 1 << 30)))
+    t0 = ops.set_tile_min_rows(1 if request.param == "tile" else 0)
     yield request.param
     ops.set_gemm_min_rows(g0)
     ops.set_xgemm_rows(*x0)
+    ops.set_tile_min_rows(t0)
     ops.set_isa(None)
 
 
@@ -419,6 +429,15 @@ def test_panel_gemm_matches_row_kernels(qtype: int, gemm_rows):
                 ctx = f"{F.type_name(qtype)} K={k} M={m} isa={isa} gemm={ops.has_gemm(qtype)}"
                 assert rel_max(out, rows_out) < 1e-5, ctx
                 assert rel_max(out, exact) < 1e-5, ctx
+                if ops.has_tile(qtype):  # the AMX tile GEMM forced from M=1 too
+                    ops.set_tile_min_rows(1)
+                    try:
+                        assert ops.matmul_path(qtype, m) == "tile_gemm"
+                        out = ops.quant_matmul(torch.from_numpy(x), wt, qtype, k).numpy()
+                    finally:
+                        ops.set_tile_min_rows(0)
+                    assert rel_max(out, rows_out) < 1e-5, ctx + " tile"
+                    assert rel_max(out, exact) < 1e-5, ctx + " tile"
 
 
 def test_panel_gemm_is_used_where_built(gemm_rows):
@@ -440,6 +459,37 @@ def test_panel_gemm_is_used_where_built(gemm_rows):
     assert torch.equal(a, b)
 
 
+def test_tile_gemm_runs_from_its_measured_rows():
+    """Catches the AMX dispatch sending few rows to the tile GEMM (0.7-0.8x the AVX-512 GEMMs below
+    32 rows, session 43) or never reaching it: with the defaults, Q4_K (plain and x8) takes the tile
+    GEMM from 32 rows and Q6_K from 64, the AVX-512 GEMMs below, RAG_TILE_MIN_ROWS / 0 turns it off,
+    and every choice gives the same bits. Only the amx path has a tile GEMM."""
+    ops.set_isa("avx512" if "avx512" in ops.supported_isas() else None)
+    assert not any(ops.has_tile(t) for t in ALL)
+    ops.set_isa(None)
+    if not has_amx():
+        pytest.skip("no AMX tile GEMM on this CPU")
+    t0 = ops.set_tile_min_rows(-1)
+    try:
+        ops.set_isa("amx")
+        assert ops.has_tile(F.Q4_K) and ops.has_tile(F.Q5_K) and ops.has_tile(F.Q6_K)
+        assert not ops.has_tile(F.Q5_0) and not ops.has_tile(F.Q8_0)
+        want = {F.Q4_K: 32, F.Q5_K: 32, F.Q6_K: 64, F.Q4_K_X8: 32}
+        for q, lo in want.items():
+            assert ops.matmul_path(q, lo - 1) != "tile_gemm" and ops.matmul_path(q, lo) == "tile_gemm", q
+        assert ops.matmul_path(F.Q6_K, 16) == "small_m_gemm" and ops.matmul_path(F.Q4_K_X8, 16) == "panel_gemm"
+        k = 512
+        w = torch.from_numpy(make_weights(F.Q6_K, 40, k, seed=3))
+        x = torch.randn(70, k)
+        tiled = ops.quant_matmul(x, w, F.Q6_K, k)
+        ops.set_tile_min_rows(0)
+        assert ops.matmul_path(F.Q6_K, 70) == "panel_gemm"
+        assert torch.equal(ops.quant_matmul(x, w, F.Q6_K, k), tiled)
+    finally:
+        ops.set_tile_min_rows(t0)
+        ops.set_isa(None)
+
+
 @pytest.mark.parametrize("qtype", GEMM_TYPES, ids=F.type_name)
 def test_every_row_gets_the_same_bits_whatever_m(qtype: int):
     """Batch invariance. Catches any kernel that sums an output in an order depending on how many
@@ -454,7 +504,7 @@ def test_every_row_gets_the_same_bits_whatever_m(qtype: int):
         pytest.skip("no x86 SIMD path on this CPU")
     n = 37
     cols = torch.tensor([36, 3, 17, 8, 0, 9])
-    g0, x0 = ops.set_gemm_min_rows(16), ops.set_xgemm_rows(-1, -1)
+    g0, x0, t0 = ops.set_gemm_min_rows(16), ops.set_xgemm_rows(-1, -1), ops.set_tile_min_rows(-1)
     try:
         for k in k_values(qtype):
             w = torch.from_numpy(make_weights(qtype, n, k, seed=5))
@@ -466,21 +516,26 @@ def test_every_row_gets_the_same_bits_whatever_m(qtype: int):
                 for c in (1, 2, 3, 5, 7, 13, 20):
                     parts = np.concatenate([ops.quant_matmul(x[i:i + c], w, qtype, k).numpy() for i in range(0, 40, c)])
                     assert np.array_equal(parts, full), f"{ctx} chunks of {c}"
-                for name, (gmin, band) in {"panel": (1, (0, 0)), "small_m": (16, (1, 1 << 30)),
-                                           "lanes": (0, (0, 0))}.items():
+                for name, (gmin, band, tmin) in {"panel": (1, (0, 0), 0), "small_m": (16, (1, 1 << 30), 0),
+                                                 "lanes": (0, (0, 0), 0), "tile": (1, (0, 0), 1)}.items():
                     ops.set_gemm_min_rows(gmin)
                     ops.set_xgemm_rows(*band)
+                    ops.set_tile_min_rows(tmin)
                     if name != "lanes" and ops.matmul_path(qtype, 40) == "lane_rows":
                         continue  # this GEMM is not built for the type on this path (Q8_0 on AVX2)
+                    if name == "tile" and not ops.has_tile(qtype):
+                        continue  # AMX only, K formats only
                     assert np.array_equal(ops.quant_matmul(x, w, qtype, k).numpy(), full), f"{ctx} {name}"
                     ops.set_gemm_min_rows(16)
                     ops.set_xgemm_rows(-1, -1)
+                    ops.set_tile_min_rows(-1)
                 for m in (1, 3, 40):
                     got = ops.quant_matmul_rows(x[:m], w, qtype, k, cols).numpy()
                     assert np.array_equal(got, full[:m][:, cols.numpy()]), f"{ctx} gathered, M={m}"
     finally:
         ops.set_gemm_min_rows(g0)
         ops.set_xgemm_rows(*x0)
+        ops.set_tile_min_rows(t0)
         ops.set_isa(None)
 
 
@@ -595,7 +650,7 @@ def test_small_m_gemm_default_band_per_path():
     GEMM from 6 to 4,096 rows (1.2x the panel GEMM on prompts there; AVX-VNNI the same), the AVX-512 path only from
     12 to 32 (slower than its panel GEMM on prompts), unless set (then on every path); the dispatch
     itself is checked by test_small_m_gemm_is_used_where_built."""
-    want = {"avx2": (6, 4096), "avxvnni": (6, 4096), "avx512": (12, 32)}
+    want = {"avx2": (6, 4096), "avxvnni": (6, 4096), "avx512": (12, 32), "amx": (12, 32)}
     paths = set(want) & set(ops.supported_isas())
     if not paths:
         pytest.skip("no x86 SIMD path on this CPU")
@@ -615,17 +670,22 @@ def test_small_m_gemm_default_band_per_path():
 # ---- Q4_K rows interleaved by 8 (the x8 layout the GGUF layers use for Q4_K) ------------------
 
 
-@pytest.fixture(params=["rows", "panel", "small_m"])
+@pytest.fixture(params=["rows", "panel", "small_m", "tile"])
 def x8_route(request):
     """Each way x8 weights are multiplied: the x8 row kernels for every M (GEMMs off), the panel
-    GEMM from 2 rows (it packs the groups directly), or the small-M GEMM band forced (reached
-    through unpacked copies where the path has no x8 panel GEMM); settings restored."""
+    GEMM from 2 rows (it packs the groups directly), the small-M GEMM band forced (reached through
+    unpacked copies where the path has no x8 panel GEMM), or the AMX tile GEMM from 2 rows (unpacked
+    copies; AMX CPUs only); settings restored."""
     route = request.param
-    g0 = ops.set_gemm_min_rows({"rows": 0, "panel": 2, "small_m": 16}[route])
+    if route == "tile" and not has_amx():
+        pytest.skip("no AMX tile GEMM on this CPU")
+    g0 = ops.set_gemm_min_rows({"rows": 0, "panel": 2, "small_m": 16, "tile": 2}[route])
     x0 = ops.set_xgemm_rows(*((1, 1 << 30) if route == "small_m" else (0, 0)))
+    t0 = ops.set_tile_min_rows(2 if route == "tile" else 0)
     yield route
     ops.set_gemm_min_rows(g0)
     ops.set_xgemm_rows(*x0)
+    ops.set_tile_min_rows(t0)
     ops.set_isa(None)
 
 

@@ -52,13 +52,19 @@ void fill_amx(IsaTable& t) {
   // before the float fix-up; for the 32-element formats every 32-element product needs its own
   // fix-up, and the tile GEMM measured no faster than the AVX-512 panel GEMM (docs/performance.md,
   // session 23), so they keep it.
-  t.gemm[T_Q4_K] = gemm_amx<T_Q4_K>;
-  t.gemm[T_Q5_K] = gemm_amx<T_Q5_K>;
-  t.gemm[T_Q6_K] = gemm_amx<T_Q6_K>;
-  t.gemm[T_Q4_KX8] = nullptr;  // x8 weights reach the tile GEMM through unpacked copies (ops.cpp)
-  // The tile GEMM from 16 rows (one full tile of activations); the small-M GEMM below that.
-  t.xgemm_lo = 12;
-  t.xgemm_hi = 15;
+  // The AVX-512 path's GEMMs stay for the rows where they are faster: measured per type on a
+  // Sapphire Rapids-class Xeon, 2 threads, the 1.5B's tensors (docs/performance.md, session 43), the
+  // tile GEMM (16-row activation tiles, the last one zero-padded) loses to the small-M GEMM below 32
+  // rows (Q6_K: 0.7-0.8x at 16-32 rows) and to the x8 Q4_K panel GEMM below 32 (0.7-1.0x), wins on
+  // Q4_K from 32-48 rows (1.1-1.2x at 48-256) and ties on Q6_K from 48. Q5_K (no packaged model has
+  // it) takes Q4_K's threshold: same 32-element sub-blocks. x8 weights reach the tile GEMM through
+  // unpacked copies (ops.cpp).
+  t.tile[T_Q4_K] = gemm_amx<T_Q4_K>;
+  t.tile[T_Q5_K] = gemm_amx<T_Q5_K>;
+  t.tile[T_Q6_K] = gemm_amx<T_Q6_K>;
+  t.tile_min[T_Q4_K] = 32;
+  t.tile_min[T_Q5_K] = 32;
+  t.tile_min[T_Q6_K] = 64;
 }
 #endif
 }  // namespace ragk

@@ -299,6 +299,10 @@ struct IsaTable {
   XGemmFn xgemm[T_COUNT];
   int xlanes;  // activation rows per register of xgemm (8: 256-bit, 16: 512-bit)
   int64_t xgemm_lo, xgemm_hi;  // activation rows for which xgemm runs by default on this path
+  // Tile-unit GEMMs (AMX) and, per type, from how many activation rows each runs by default (below
+  // it the path's panel / small-M GEMMs do: same bits, measured faster there).
+  GemmFn tile[T_COUNT];
+  int64_t tile_min[T_COUNT];
   SiluMulFn silu_mul;
   AttnRowsFn attn_rows;
 };
@@ -325,7 +329,7 @@ bool cpu_has_avxvnni();
 #define RAGK_HAVE_AMX 1
 // Whether the CPU has AMX-TILE + AMX-INT8 and the kernel granted this process the tile state.
 bool amx_ready();
-// The AVX-512 table with its panel GEMMs replaced by tile GEMMs.
+// The AVX-512 table plus tile GEMMs for the K formats from the row counts where they win.
 void fill_amx(IsaTable& t);
 #else
 #define RAGK_HAVE_AMX 0

@@ -47,6 +47,20 @@ std::pair<int64_t, int64_t> xgemm_rows_env() {
   return {lo, hi};
 }
 const std::pair<int64_t, int64_t> g_xgemm_env = xgemm_rows_env();
+
+// From how many activation rows the tile GEMM (AMX) runs: -1 = each type's default
+// (IsaTable::tile_min), 0 = never, n = from n rows for every type that has one. RAG_TILE_MIN_ROWS
+// overrides; set_tile_min_rows lets tests force it.
+std::atomic<int64_t> g_tile_min_rows{[] {
+  const char* env = std::getenv("RAG_TILE_MIN_ROWS");
+  return env ? int64_t(std::atoll(env)) : int64_t(-1);
+}()};
+
+int64_t tile_min_rows(const IsaTable& tb, int kt) {
+  if (tb.tile[kt] == nullptr) return 0;
+  const int64_t v = g_tile_min_rows.load(std::memory_order_relaxed);
+  return v < 0 ? tb.tile_min[kt] : v;
+}
 std::atomic<int64_t> g_xgemm_lo{g_xgemm_env.first};
 std::atomic<int64_t> g_xgemm_hi{g_xgemm_env.second};
 
@@ -157,13 +171,16 @@ const uint8_t* quantised_x(const IsaTable& tb, const at::Tensor& x, int t, int64
 // whole tensor): one home for the choice, read by matmul_rows_into and reported by matmul_path_op.
 // On x86 every choice gives an output the same bits (batch invariance, x86_lanes.inc); the choice
 // is speed only.
-enum class MatmulPath { kX8Rows, kXGemm, kPanel, kLanes, kRows };
+enum class MatmulPath { kX8Rows, kXGemm, kPanel, kTile, kLanes, kRows };
 
 MatmulPath choose_path(const IsaTable& tb, int t, int64_t m, bool gathered) {
   const int64_t gmin = g_gemm_min_rows.load(std::memory_order_relaxed);
   // Decode (one row or a batch below the panel GEMM) on x8 weights: 8 weight rows per register.
   if (t == T_Q4_KX8 && !gathered && (gmin <= 0 || m < gmin)) return MatmulPath::kX8Rows;
   const int kt = t == T_Q4_KX8 ? int(T_Q4_K) : t;  // the kernels of the rows' own layout
+  // Many rows on a tile unit (gmin 0, "no GEMM", turns it off too)
+  const int64_t tmin = tile_min_rows(tb, kt);
+  if (tmin > 0 && gmin > 0 && m >= tmin) return MatmulPath::kTile;
   const auto [xlo, xhi] = xgemm_band(tb);
   // x8 weights skip the small-M GEMM where the panel GEMM packs their groups directly: it reads
   // them as they are, the small-M GEMM only through unpacked copies (measured 1.04 vs 0.87 of the
@@ -179,6 +196,7 @@ const char* path_name(MatmulPath p) {
     case MatmulPath::kX8Rows: return "x8_rows";
     case MatmulPath::kXGemm: return "small_m_gemm";
     case MatmulPath::kPanel: return "panel_gemm";
+    case MatmulPath::kTile: return "tile_gemm";
     case MatmulPath::kLanes: return "lane_rows";
     default: return "rows";
   }
@@ -219,11 +237,11 @@ void matmul_rows_into(const IsaTable& tb, int t, int64_t k, const uint8_t* wp, i
     });
     return;
   }
-  if (path == MatmulPath::kPanel) {
-    // x8 weights: the panel GEMM packs their groups directly (no unpacked copy); gathered rows go
-    // through copies
-    const bool x8_panels = t == T_Q4_KX8 && rows == nullptr && tb.gemm[t] != nullptr;
-    const GemmFn gemm = x8_panels ? tb.gemm[t] : tb.gemm[kt];
+  if (path == MatmulPath::kPanel || path == MatmulPath::kTile) {
+    // x8 weights: the panel GEMM packs their groups directly (no unpacked copy); gathered rows and
+    // the tile GEMM go through copies
+    const bool x8_panels = path == MatmulPath::kPanel && t == T_Q4_KX8 && rows == nullptr && tb.gemm[t] != nullptr;
+    const GemmFn gemm = path == MatmulPath::kTile ? tb.tile[kt] : x8_panels ? tb.gemm[t] : tb.gemm[kt];
     // Tasks are groups of 16 output columns (one 512-bit or two 256-bit panels); ~1M
     // multiply-adds per task at least.
     const int64_t groups = (n_out + 15) / 16;
@@ -419,6 +437,12 @@ int64_t row_bytes_op(int64_t qtype, int64_t k) { return row_bytes_checked(qtype,
 
 int64_t set_gemm_min_rows_op(int64_t rows) { return g_gemm_min_rows.exchange(rows); }
 
+int64_t set_tile_min_rows_op(int64_t rows) { return g_tile_min_rows.exchange(rows); }
+
+bool has_tile_op(int64_t qtype) {
+  return qtype >= 0 && qtype < T_COUNT && active_table().tile[qtype] != nullptr;
+}
+
 std::string matmul_path_op(int64_t qtype, int64_t m, bool gathered) {
   check_type(qtype);
   return path_name(choose_path(active_table(), int(qtype), m, gathered));
@@ -512,6 +536,8 @@ TORCH_LIBRARY(ragk, m) {
   m.def("set_gemm_min_rows(int rows) -> int", &ragk::set_gemm_min_rows_op);
   m.def("matmul_path(int qtype, int m, bool gathered=False) -> str", &ragk::matmul_path_op);
   m.def("has_gemm(int qtype) -> bool", &ragk::has_gemm_op);
+  m.def("set_tile_min_rows(int rows) -> int", &ragk::set_tile_min_rows_op);
+  m.def("has_tile(int qtype) -> bool", &ragk::has_tile_op);
   m.def("set_xgemm_rows(int lo, int hi) -> (int, int)", &ragk::set_xgemm_rows_op);
   m.def("has_xgemm(int qtype) -> bool", &ragk::has_xgemm_op);
   m.def("xgemm_band() -> (int, int)", &ragk::xgemm_band_op);

@@ -256,6 +256,8 @@ void fill_scalar(IsaTable& t) {
   for (auto& f : t.dotm) f = nullptr;
   for (auto& f : t.gemm) f = nullptr;
   for (auto& f : t.xgemm) f = nullptr;
+  for (auto& f : t.tile) f = nullptr;
+  for (auto& r : t.tile_min) r = 0;
   t.xlanes = 0;
   t.xgemm_lo = t.xgemm_hi = 0;
   t.silu_mul = silu_mul_scalar;
