@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eval.cli_calibrate import run_calibrate, run_probe
 from rag.commands._common import add_config_args, config_from
 from rag.config_loader import apply_overrides, deep_merge
+
+if TYPE_CHECKING:
+    from rag.config import RagConfig
 
 
 def register(sub) -> None:
@@ -167,12 +171,21 @@ def run_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def qa_config(args: argparse.Namespace) -> RagConfig:
+    """The config `rag eval qa` answers with: `--mode` is the config's answer mode too, so what
+    `generator.engine.model: auto` measures (the config's answer step, `pipeline_key`) is the mode
+    being evaluated (session 43: `--mode short` picked its model from a long-mode measurement)."""
+    cfg = config_from(args)
+    cfg.answer = cfg.answer.model_copy(update={"mode": args.mode})
+    return cfg
+
+
 def run_qa(args: argparse.Namespace) -> int:
     from eval.datasets import load_qa
     from eval.qa_eval import evaluate_qa
     from eval.runner import answer_fn, counter_delta, engine_counters, open_eval_pipeline
 
-    cfg = config_from(args)
+    cfg = qa_config(args)
     items = load_qa(args.dataset, args.split, limit=args.limit, sample=args.sample, seed=args.seed)
     # a generated own-corpus set asks each question over its group's passages only (`QAItem.filters`)
     groups = {it.question: it.filters for it in items if it.filters}

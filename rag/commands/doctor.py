@@ -29,12 +29,26 @@ def _kernels() -> dict[str, Any]:
     for key, get in (("path", lambda: _library_path(ops)),
                      ("isa", ops.isa), ("supported_isas", lambda: list(ops.supported_isas())),
                      ("supported_types", lambda: sorted(type_name(t) for t in ops.SUPPORTED_TYPES)),
-                     ("q4_k_interleaved_x8", ops.x8_enabled)):
+                     ("q4_k_interleaved_x8", ops.x8_enabled), ("tile_gemm_min_rows", lambda: _tile_rows(ops))):
         try:
             info[key] = get()
         except Exception as e:  # noqa: BLE001 - report what the library says, never crash the report
             info[key] = f"error: {type(e).__name__}: {e}"
     return info
+
+
+def _tile_rows(ops: Any) -> dict[str, int]:
+    """Per GGML type with an AMX tile GEMM on the active path, from how many activation rows it runs
+    (the dispatch's own answer, `matmul_path`; empty off AMX or with RAG_TILE_MIN_ROWS=0)."""
+    from inference.layers.gguf_linear import type_name
+
+    out: dict[str, int] = {}
+    for t in sorted(ops.SUPPORTED_TYPES):
+        if ops.has_tile(t):
+            m = next((m for m in range(1, 4097) if ops.matmul_path(t, m) == "tile_gemm"), None)
+            if m is not None:
+                out[type_name(t)] = m
+    return out
 
 
 def _library_path(ops: Any) -> str | None:
@@ -69,7 +83,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "cpu": {"model": cpu_model(), "cores": os.cpu_count(),
                 "flags": {f: f in flags for f in ENGINE_FLAGS}},
         "kernels": _kernels(),
-        "env": {k: os.environ.get(k) for k in ("RAG_KERNEL_ISA", "RAG_CPU_ISA", "RAG_KERNEL_X8")},
+        "env": {k: os.environ.get(k) for k in ("RAG_KERNEL_ISA", "RAG_CPU_ISA", "RAG_KERNEL_X8", "RAG_TILE_MIN_ROWS")},
         "torch": {"version": torch.__version__, "threads": torch.get_num_threads(),
                   "configured_threads": eng.num_threads},
         "engine": {"model": eng.model, "device": device, "quantization": eng.quantization, "dtype": eng.dtype},
@@ -100,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
               f"(supported: {', '.join(k.get('supported_isas') or [])})")
         print(f"              types: {', '.join(k.get('supported_types') or [])}; Q4_K rows interleaved by 8: "
               f"{'on' if k.get('q4_k_interleaved_x8') is True else 'off (RAG_KERNEL_X8=0)'}")
+        tiles = k.get("tile_gemm_min_rows")
+        if isinstance(tiles, dict) and tiles:
+            print("              AMX tile GEMM from " + ", ".join(f"{n} rows ({t})" for t, n in tiles.items())
+                  + "; the AVX-512 GEMMs below")
     else:
         print(f"kernels:      unavailable: {k['load_error']}")
     for key, value in data["env"].items():

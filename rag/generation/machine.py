@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +72,9 @@ def predicted_kernel_isa(flags: frozenset[str]) -> str:
         return "neon"
     if {"avx2", "fma"} <= flags:
         if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+            # the tile path where Linux grants the tile state (dispatch.cpp: amx_ready)
+            if {"amx_tile", "amx_int8"} <= flags and sys.platform == "linux":
+                return "amx"
             return "avx512"
         return "avxvnni" if "avx_vnni" in flags else "avx2"
     return "scalar"

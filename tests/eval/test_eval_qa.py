@@ -375,3 +375,21 @@ def test_questions_about_two_things_are_counted_per_kind():
     assert res.comparisons == {"asked": 3, "used": 1, "both_asked": 1, "both_used": 1, "number_asked": 1,
                                "number_used": 0, "which_asked": 1, "which_used": 0}
     assert "asked 3, decided 1 (both 1/1, number 0/1, which 0/1)" in format_table(res)
+
+
+
+def test_eval_qa_mode_is_the_configs_answer_mode():
+    """Catches `rag eval qa --mode short` keeping the config's long mode while `model: auto` times
+    the config's answer step: the short-mode run then picked its model from a long-mode measurement
+    (session 43, an AMX Xeon: the 1.5B timed 13.5 s per long answer). The mode is part of what a
+    measurement is keyed on (`pipeline_key`), so the two modes are two measurements."""
+    from eval.cli import qa_config
+    from rag.cli import build_parser
+    from rag.generation.machine import pipeline_key
+
+    cfgs = {}
+    for mode in ("short", "long"):
+        args = build_parser().parse_args(["eval", "qa", "--dataset", "x", "--mode", mode])
+        cfgs[mode] = qa_config(args)
+        assert cfgs[mode].answer.mode == mode
+    assert pipeline_key(cfgs["short"]) != pipeline_key(cfgs["long"])

@@ -359,3 +359,10 @@ def test_predicted_kernel_isa_names_the_library_paths(monkeypatch):
     assert predicted_kernel_isa(frozenset({"avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512vl",
                                            "avx512_vnni"})) == "avx512"
     assert predicted_kernel_isa(frozenset({"sse4_2"})) == "scalar"
+    # AMX CPUs run the tile path (session 43 found an AMX Xeon's measurements keyed as avx512)
+    amx = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile", "amx_int8"}
+    monkeypatch.setattr("sys.platform", "linux")
+    assert predicted_kernel_isa(frozenset(amx)) == "amx"
+    assert predicted_kernel_isa(frozenset(amx - {"amx_int8"})) == "avx512"
+    monkeypatch.setenv("RAG_KERNEL_ISA", "avx2")
+    assert predicted_kernel_isa(frozenset(amx)) == "avx2"

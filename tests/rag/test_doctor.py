@@ -30,6 +30,12 @@ def test_doctor_json_reports_cpu_kernels_and_quantization():
         from inference.kernels import ops
 
         assert k["q4_k_interleaved_x8"] is ops.x8_enabled()  # what the layers will do here
+        # the tile GEMM's row thresholds as the dispatch applies them (AMX CPUs; empty elsewhere)
+        tiles = k["tile_gemm_min_rows"]
+        if k["isa"] == "amx" and not os.environ.get("RAG_TILE_MIN_ROWS"):
+            assert tiles == {"Q4_K": 32, "Q5_K": 32, "Q6_K": 64}
+        elif k["isa"] != "amx":
+            assert tiles == {}
     plan = EngineConfig(model="smollm2").resolved_quantization("cpu")
     eng = data["engine"]
     assert eng["quantization"] == "auto" and eng["resolved_quantization"] == plan.mode
