@@ -482,6 +482,11 @@ def test_tile_gemm_runs_from_its_measured_rows():
         w = torch.from_numpy(make_weights(F.Q6_K, 40, k, seed=3))
         x = torch.randn(70, k)
         tiled = ops.quant_matmul(x, w, F.Q6_K, k)
+        g0 = ops.set_gemm_min_rows(80)  # RAG_GEMM_MIN_ROWS holds for the tile GEMM too
+        try:
+            assert ops.matmul_path(F.Q6_K, 70) == "lane_rows" and ops.matmul_path(F.Q6_K, 80) == "tile_gemm"
+        finally:
+            ops.set_gemm_min_rows(g0)
         ops.set_tile_min_rows(0)
         assert ops.matmul_path(F.Q6_K, 70) == "panel_gemm"
         assert torch.equal(ops.quant_matmul(x, w, F.Q6_K, k), tiled)

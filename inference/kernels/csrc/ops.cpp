@@ -47,6 +47,8 @@ std::pair<int64_t, int64_t> xgemm_rows_env() {
   return {lo, hi};
 }
 const std::pair<int64_t, int64_t> g_xgemm_env = xgemm_rows_env();
+std::atomic<int64_t> g_xgemm_lo{g_xgemm_env.first};
+std::atomic<int64_t> g_xgemm_hi{g_xgemm_env.second};
 
 // From how many activation rows the tile GEMM (AMX) runs: -1 = each type's default
 // (IsaTable::tile_min), 0 = never, n = from n rows for every type that has one. RAG_TILE_MIN_ROWS
@@ -61,8 +63,6 @@ int64_t tile_min_rows(const IsaTable& tb, int kt) {
   const int64_t v = g_tile_min_rows.load(std::memory_order_relaxed);
   return v < 0 ? tb.tile_min[kt] : v;
 }
-std::atomic<int64_t> g_xgemm_lo{g_xgemm_env.first};
-std::atomic<int64_t> g_xgemm_hi{g_xgemm_env.second};
 
 // The band in effect on a path: the set / RAG_XGEMM_ROWS values, or the path's defaults.
 std::pair<int64_t, int64_t> xgemm_band(const IsaTable& tb) {
@@ -178,9 +178,10 @@ MatmulPath choose_path(const IsaTable& tb, int t, int64_t m, bool gathered) {
   // Decode (one row or a batch below the panel GEMM) on x8 weights: 8 weight rows per register.
   if (t == T_Q4_KX8 && !gathered && (gmin <= 0 || m < gmin)) return MatmulPath::kX8Rows;
   const int kt = t == T_Q4_KX8 ? int(T_Q4_K) : t;  // the kernels of the rows' own layout
-  // Many rows on a tile unit (gmin 0, "no GEMM", turns it off too)
+  // Many rows on a tile unit: from its own threshold, and never below the GEMMs' (gmin 0, "no
+  // GEMM", turns it off too)
   const int64_t tmin = tile_min_rows(tb, kt);
-  if (tmin > 0 && gmin > 0 && m >= tmin) return MatmulPath::kTile;
+  if (tmin > 0 && gmin > 0 && m >= std::max(tmin, gmin)) return MatmulPath::kTile;
   const auto [xlo, xhi] = xgemm_band(tb);
   // x8 weights skip the small-M GEMM where the panel GEMM packs their groups directly: it reads
   // them as they are, the small-M GEMM only through unpacked copies (measured 1.04 vs 0.87 of the
