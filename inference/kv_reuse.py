@@ -168,7 +168,10 @@ class KVReuse:
             return False
         if not self.miss_inline or self._any_cached(seq, spans):
             return True
-        seq.passages_to_store = spans  # every passage a miss: a plain prefill, stored after it
+        if seq.params.store_passages:
+            seq.passages_to_store = spans  # every passage a miss: a plain prefill, stored after it
+        else:
+            self.misses += len(spans)
         return False
 
     def _any_cached(self, seq: Sequence, spans: list[tuple[int, int]]) -> bool:
@@ -259,7 +262,11 @@ class KVReuse:
                     found[k] = entry
                     self.hits += 1
                     self.tokens_reused += e - s
-        missing = self._allocate_misses(keys, spans, found)
+        if seq.params.store_passages:
+            missing = self._allocate_misses(keys, spans, found)
+        else:  # read-only: a miss is computed in this prompt's prefill and kept nowhere
+            missing = []
+            self.misses += len({k for k in keys if k not in found})
         if missing and not self.miss_inline:
             prefix = self._own_template(seq)
             ctx_slots = slots[:prefix]

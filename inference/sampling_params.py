@@ -53,6 +53,12 @@ class SamplingParams(BaseModel):
     grounded_passages: list[str] | None = None
     grounded_refusal: str | None = None
     skip_special_tokens: bool = True
+    # With `passage_spans` and the passage cache on: whether the passages this request computes are
+    # stored for later requests. False: it reads cached passages but leaves no entry of its own, for a
+    # prompt that reads another prompt's entries (`passage_anchor`) and computes the rest amid other
+    # passages: stored under that key, its K/V would stand in for the other prompt's exact entries
+    # (rag's long prompt reading its short-answer gate's passages).
+    store_passages: bool = True
     # Context shift (llama.cpp --keep): when the context is full, keep the first N tokens
     # (-1: the whole prompt), drop half of the rest and go on instead of stopping at max_model_len.
     context_shift_keep: int | None = Field(None, ge=-1)

@@ -77,6 +77,12 @@ class AnswerConfig(BaseModel):
         "answer to a short answer's span (rag/answering/gate.py: SentenceGate); off keeps the span gate for "
         "them; record judges and records every sentence's signals but drops none (the run whose answers "
         "`rag eval calibrate --sentence-answers` chooses the model's cut on)"))
+    long_passage_kv: Literal["gate", "own"] = Field("gate", description=(
+        "long mode held to the short-answer gate: what the long prompt's passages read. gate (default): the "
+        "K/V the gate's prompts computed for them (under the short prompt's anchor), copied to their "
+        "positions, so the long prompt computes only its template and question (the 1.5B's probe question "
+        "on a Zen 4 core: 13.6 -> ~10 s, docs/performance.md); own: the long prompt computes its passages "
+        "under its own template"))
     long_check_min: float | None = Field(None, description=(
         "long grounding: a sentence whose answer-check log-odds (sentence as the proposed answer, its cited "
         "passage) is below this is unsupported; null: the calibration entry's check_answer mean minus one std "

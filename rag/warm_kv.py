@@ -18,7 +18,10 @@ an answer prompt is. In short mode with `answer.check_kv: exact` also the
 answerability check's template (`rag/answerability.py`), whose entries the checks key under their
 own template; with `prompt` the checks name the answer prompt's anchor and read its entry. With
 `shared` one request per chunk: the check's template, keyed under the answer prompt's anchor, as the
-checks that run before the answer store it (`rag/answering/short.py: checks_first`).
+checks that run before the answer store it (`rag/answering/short.py: checks_first`). In long mode
+held to the short-answer gate (a calibrated generator, `answer.long_passage_kv: gate`) a long answer
+reads the entries of the gate's short prompts, so those are warmed as short mode warms them, after
+the long template (which an explanatory question's long answer, not span-gated, still reads).
 """
 
 from __future__ import annotations
@@ -91,25 +94,29 @@ def warm_chunks(cfg: RagConfig, store: Any, collection: str) -> Iterator[Any]:
 Request = tuple[list[int], tuple[int, int], list[int] | None]  # prompt, the passage's span, its key's anchor
 
 
-def warm_requests(cfg: RagConfig, generator: Any, ch: Any, check_kv: str) -> list[Request | None]:
+def warm_requests(cfg: RagConfig, generator: Any, ch: Any, check_kv: str, gated: bool = False
+                  ) -> list[Request | None]:
     """Per template (`templates`), the request that caches `ch` (prompt cut one token after the
     passage, its span, the anchor it is keyed under: None for the prompt's own template), or None
-    where the passage cannot be cached. `check_kv`: the resolved `answer.check_kv` (`resolved_check_kv`)."""
+    where the passage cannot be cached. `check_kv`: the resolved `answer.check_kv` (`resolved_check_kv`);
+    `gated`: long answers run the short-answer gate first and read its entries (`gate_reads`)."""
     p = Passage.of_chunk(1, ch)
-    prompts: list[tuple[list[int], list[str], list[int] | None]]
-    try:
-        built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len,
-                                 cfg.answer.mode)
-        prompts = [(built.token_ids, built.cached_texts(cfg.prompt), built.passage_anchor)]
-    except prompt_mod.PromptTooLong:
-        prompts = [([], [], None)]
-    if _warms_checks(cfg, check_kv) or _shares_checks(cfg, check_kv):
+    prompts: list[tuple[list[int], list[str], list[int] | None]] = []
+    for mode in _answer_modes(cfg, gated):
+        try:
+            built = prompt_mod.build(cfg.prompt, generator.tokenizer, WARM_QUESTION, [p], generator.max_model_len,
+                                     mode)
+            prompts.append((built.token_ids, built.cached_texts(cfg.prompt), built.passage_anchor))
+        except prompt_mod.PromptTooLong:
+            prompts.append(([], [], None))
+    if _warms_checks(cfg, check_kv, gated) or _shares_checks(cfg, check_kv, gated):
         from .answerability import check_prompt
 
         body = prompt_mod.passage_body(cfg.prompt, p)
         check = check_prompt(generator.encode_chat, WARM_QUESTION, body)
-        if _shares_checks(cfg, check_kv):  # the one entry both read: the check's K/V under the answer's key
-            prompts = [(check, [body], prompts[0][2])] if prompts[0][0] else prompts
+        if _shares_checks(cfg, check_kv, gated):  # the one entry both read: the check's K/V under the answer's key
+            short = prompts[-1]
+            prompts[-1] = (check, [body], short[2]) if short[0] else short
         else:
             prompts.append((check, [body], None))
     out: list[Request | None] = []
@@ -130,18 +137,46 @@ def resolved_check_kv(cfg: RagConfig) -> str:
     return Policies(cfg).for_question("").check_kv
 
 
-def _warms_checks(cfg: RagConfig, check_kv: str) -> bool:
-    return cfg.answer.mode == "short" and check_kv == "exact"
+def gate_reads(cfg: RagConfig) -> bool:
+    """Whether long answers run the short-answer gate and their prompt reads the passage K/V its
+    prompts computed (`answer.long_passage_kv: gate`; `rag/answering/stream.py: long_prompt_anchor`):
+    then the gate's templates are what a long answer reads, so they are warmed too. Decided for
+    English questions, as `resolved_check_kv` is (the calibration entry's policy)."""
+    from .answering.gate import gated_by, reads_gate_kv
+    from .answering.policy import Policies
+
+    if cfg.answer.mode != "long":
+        return False
+    policy = Policies(cfg).for_question("")
+    return gated_by(cfg, policy) and reads_gate_kv(cfg, policy.check_kv)
 
 
-def _shares_checks(cfg: RagConfig, check_kv: str) -> bool:
-    return cfg.answer.mode == "short" and check_kv == "shared"
+def _answer_modes(cfg: RagConfig, gated: bool) -> list[str]:
+    """The answer templates warmed: the configured mode's, and with a reading gate the short one
+    after it (a long answer to an explanatory question, which has no span gate, reads its own)."""
+    return ["long", "short"] if gated else [cfg.answer.mode]
 
 
-def templates(cfg: RagConfig, check_kv: str) -> list[str]:
-    if _shares_checks(cfg, check_kv):
-        return ["answerability check, keyed for the answer (short)"]
-    return [f"answer ({cfg.answer.mode})", *(["answerability check"] if _warms_checks(cfg, check_kv) else [])]
+def _short_side(cfg: RagConfig, gated: bool) -> bool:
+    return cfg.answer.mode == "short" or gated
+
+
+def _warms_checks(cfg: RagConfig, check_kv: str, gated: bool = False) -> bool:
+    return _short_side(cfg, gated) and check_kv == "exact"
+
+
+def _shares_checks(cfg: RagConfig, check_kv: str, gated: bool = False) -> bool:
+    return _short_side(cfg, gated) and check_kv == "shared"
+
+
+def templates(cfg: RagConfig, check_kv: str, gated: bool = False) -> list[str]:
+    names = [f"answer ({mode})" + (" of the gate" if gated and mode == "short" else "")
+             for mode in _answer_modes(cfg, gated)]
+    if _shares_checks(cfg, check_kv, gated):
+        names[-1] = "answerability check, keyed for the answer (short)"
+    elif _warms_checks(cfg, check_kv, gated):
+        names.append("answerability check")
+    return names
 
 
 def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
@@ -152,7 +187,8 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
     check_warmable(cfg)
     chunks = list(warm_chunks(cfg, store, collection))
     check_kv = resolved_check_kv(cfg)
-    report = WarmReport(chunks=len(chunks), templates=templates(cfg, check_kv))
+    gated = gate_reads(cfg)
+    report = WarmReport(chunks=len(chunks), templates=templates(cfg, check_kv, gated))
     sp = SamplingParams(max_tokens=1, temperature=0.0)
     seen: set[Path] = set()
     pending: list[tuple[list[int], tuple[int, int], list[int] | None, Path]] = []
@@ -170,7 +206,7 @@ def warm(cfg: RagConfig, store: Any, generator: Any, collection: str,
         pending.clear()
 
     for i, ch in enumerate(chunks):
-        for req in warm_requests(cfg, generator, ch, check_kv):
+        for req in warm_requests(cfg, generator, ch, check_kv, gated):
             if req is None:
                 report.skipped += 1
                 continue

@@ -56,10 +56,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Gate:
     """The short decision a long answer is held to: refused, or the span `text` from the passage
-    with prompt marker `marker`."""
+    with prompt marker `marker`. `passage_anchor`: the key under which the gate's prompts left its
+    passages' K/V in the engine's passage cache (the short prompt's anchor: its span decodes or its
+    one prompt computed them there, or with `check_kv: shared` its checks did), None without one."""
 
     decision: Decision
     marker: int | None
+    passage_anchor: list[int] | None = None
 
     @property
     def refused(self) -> bool:
@@ -115,11 +118,24 @@ class SentenceGate:
 def gates(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer) -> bool:
     """Whether this long answer is held to the short decision: grounding on, grounded spans possible
     (a backend that owns its decoding loop) and a calibrated policy for the question's language."""
-    if cfg.answer.long_grounding == "off" or not cfg.answer.grounded or not answer.passages:
+    if not answer.passages or not getattr(generator, "supports_logits_processors", False):
         return False
-    if not getattr(generator, "supports_logits_processors", False):
+    return gated_by(cfg, policies.for_question(answer.question))
+
+
+def reads_gate_kv(cfg: RagConfig, check_kv: str) -> bool:
+    """Whether a gated long prompt reads its passages' K/V under the gate's key
+    (`answer.long_passage_kv: gate`; `stream.long_prompt_anchor`). Not with `check_kv` (resolved)
+    `prompt`, whose sentence checks read what the long prompt itself stores."""
+    return cfg.answer.long_passage_kv == "gate" and check_kv != "prompt"
+
+
+def gated_by(cfg: RagConfig, policy: ShortAnswerPolicy) -> bool:
+    """The config's part of `gates`: long grounding on, grounded answers, and `policy` (the
+    question language's) calibrated. `rag index --warm-kv` asks it too (`rag/warm_kv.py: gate_reads`)."""
+    if cfg.answer.long_grounding == "off" or not cfg.answer.grounded:
         return False
-    return bool(policies.for_question(answer.question).calibration["calibrated"])
+    return bool(policy.calibration["calibrated"])
 
 
 async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer,
@@ -168,7 +184,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
     answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
     marker = None if decision.citation is None else answer.passages[decision.citation].marker
-    return Gate(decision, marker)
+    return Gate(decision, marker, anchor)
 
 
 def states_answer(sentence: str, span: str) -> bool:

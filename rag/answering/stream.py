@@ -20,7 +20,7 @@ from inference.structured import GroundedSpanProcessor
 from ..answer import Answer
 from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
-from .gate import SentenceGate, gates, short_gate
+from .gate import SentenceGate, gates, reads_gate_kv, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
 from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
@@ -36,6 +36,20 @@ def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, tex
     (inf on per-passage candidates: each always gives its span, the policy decides after)."""
     return GroundedSpanProcessor(texts, generator.tokenizer, refusal, eos_token_id=eos, max_tokens=max_tokens,
                                  refuse_margin=refuse_margin)
+
+
+def long_prompt_anchor(cfg: RagConfig, check_kv: str, anchor: list[int] | None, gate: Any) -> list[int] | None:
+    """The passage anchor the long prompt names. With the short-answer gate (`answer.long_passage_kv:
+    gate`, the default; `gate.reads_gate_kv`) it is the gate's: the gate's prompts have just computed
+    its passages' K/V under the short prompt's anchor, so the long prompt's prefill copies them to
+    their positions instead of computing ~200 tokens per passage again (the long prompt's sentences
+    are held to the gate's decision, so what it reads shapes their wording, not whether the answer
+    refuses). The long prompt then stores nothing (`store_passages`): a passage it computes amid
+    the others, kept under the gate's key, would serve a later question's gate in place of an exact
+    entry (own corpus, 0.5B: two later gates changed their span so)."""
+    if anchor is None or gate is None or gate.passage_anchor is None or not reads_gate_kv(cfg, check_kv):
+        return anchor
+    return gate.passage_anchor
 
 
 async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer, built: BuiltPrompt,
@@ -79,6 +93,10 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             yield final.text
             yield final
             return
+        read_from = long_prompt_anchor(cfg, policy.check_kv, anchor, gate)
+        if read_from is not anchor:  # the gate's entries are its exact ones: read, never overwritten
+            anchor = read_from
+            params = params.model_copy(update={"store_passages": False})
     last = None
     agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans,
                              passage_anchor=anchor)

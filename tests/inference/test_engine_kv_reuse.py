@@ -538,3 +538,45 @@ def test_an_anchored_request_reads_and_stores_under_another_prompts_key(fresh):
     hit, counts = _k0(fresh, ids, spans[0], passage_spans=spans)
     assert counts == {"passage_cache_hits": 1, "passage_cache_misses": 0}
     assert torch.allclose(hit, _k0(fresh, ids, spans[0])[0], atol=1e-4)
+
+
+def test_a_request_that_stores_no_passages_reads_the_cache_and_leaves_it_as_it_was(fresh):
+    """`SamplingParams.store_passages=False` (rag's long prompt reading its gate's entries): a
+    cached passage is still read (a hit), a missed one is computed in the prompt and kept nowhere,
+    on the reuse path (one passage cached) and on the plain prefill path (none cached); its output is
+    the storing request's. Bugs caught: the flag ignored (a passage computed amid others stored under
+    the key exact entries live under), a miss left out of the prompt's K/V (a wrong answer), or the
+    reads switched off too."""
+    tok, store = fresh.tokenizer, fresh.engine.kv_reuse.store
+    ids, spans = rag_prompt(tok, [0, 3])
+    prefix = spans[0][0]
+
+    def forget() -> None:  # memory and disk
+        for i in (0, 3):
+            one, one_spans = rag_prompt(tok, [i])
+            store.file_for(one[:prefix], one[one_spans[0][0]:one_spans[0][1]]).unlink(missing_ok=True)
+        fresh.clear_passage_cache()
+        fresh.clear_prefix_cache()
+
+    forget()
+    ref = fresh.generate([ids], _greedy(), passage_spans=[spans])[0]  # cold, storing: the reference
+    forget()
+    st = fresh.stats()
+    out = fresh.generate([ids], _greedy(store_passages=False), passage_spans=[spans])[0]  # cold: plain prefill
+    after = fresh.stats()
+    assert out.token_ids == ref.token_ids
+    assert after["passage_cache_entries"] == 0 and after["passage_cache_misses"] - st["passage_cache_misses"] == 2
+    one, one_spans = rag_prompt(tok, [0])
+    fresh.clear_prefix_cache()  # else its passage is served from the blocks the last prompt left
+    fresh.generate([one], _greedy(1), passage_spans=[one_spans])  # passage 0 cached (after the prefix)
+    assert fresh.stats()["passage_cache_entries"] == 1
+    fresh.clear_prefix_cache()
+    st = fresh.stats()
+    fresh.generate([ids], _greedy(store_passages=False), passage_spans=[spans])  # reuse path: 0 hit, 3 missed
+    after = fresh.stats()
+    assert after["passage_cache_hits"] - st["passage_cache_hits"] == 1
+    assert after["passage_cache_misses"] - st["passage_cache_misses"] == 1
+    assert after["passage_cache_entries"] == 1  # passage 3 was not stored
+    for i in (0, 3):  # nor written to disk
+        one, one_spans = rag_prompt(tok, [i])
+        assert store.file_for(one[:prefix], one[one_spans[0][0]:one_spans[0][1]]).exists() == (i == 0)

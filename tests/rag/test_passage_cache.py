@@ -457,3 +457,107 @@ def test_short_mode_warming_covers_the_check_template_only_for_exact_checks(pipe
         finally:
             pipe.generator.close()
             gc.collect()
+
+
+@pytest.mark.parametrize(("check_kv", "long_kv"), [("exact", "gate"), ("shared", "gate"), ("exact", "own")])
+def test_long_prompt_reads_the_passages_its_gate_computed(pipeline, tmp_path, check_kv, long_kv):
+    """Long mode held to the short-answer gate, cold cache: the gate's prompts (its per-passage span
+    decodes, or with `shared` its checks) compute the top passages under the short prompt's anchor.
+    With `answer.long_passage_kv: gate` (the default) the long prompt's prefill must read them from
+    there (a passage-cache hit per passage the gate read, before its first token) instead of
+    computing them again, and store nothing (what it computes amid other passages, kept under the
+    gate's key, would replace the exact entries a later question's gate reads: on the own corpus two
+    later gates changed their answer so); with `own` it computes and stores its own under its own key.
+    Bugs caught: the long prompt keeping its own anchor (every passage prefilled twice per answer, the
+    1.5B's long answer ~4 s slower), a gate that does not say where it left its passages, the long
+    prompt writing entries under the gate's key, and `own` not honoured."""
+    pipe = _calibrated(pipeline, tmp_path, True, check_kv)
+    data = pipe.cfg.to_dict()
+    data["answer"]["long_passage_kv"] = long_kv
+    pipe.generator.close()
+    pipe = make(pipeline, RagConfig.model_validate(data))
+    try:
+        gen = pipe.generator
+        astream = gen.astream
+        first_hits: list[int] = []  # per streamed request: passage-cache hits by its first output
+        stored: list[int] = []  # ... and entries it added by then
+
+        def hits() -> int:
+            return gen.stats()["passage_cache_hits"]
+
+        def entries() -> int:
+            return gen.stats()["passage_cache_entries"]
+
+        async def recorded_astream(prompt, params, *a, **kw):
+            before, held, seen = hits(), entries(), False
+            inner = astream(prompt, params, *a, **kw)
+            try:
+                async for out in inner:
+                    if not seen:
+                        seen = True
+                        first_hits.append(hits() - before)
+                        stored.append(entries() - held)
+                    yield out
+            finally:
+                await inner.aclose()
+
+        gen.astream = recorded_astream
+        a = pipe.ask(TWO_ISLANDS, mode="long")
+        gate = a.grounding.get("gate", {})
+        assert gate and not gate["refused"], a.grounding  # held to an answering gate
+        read = len(a.candidates)  # the passages the gate decoded a span from (its top short_k)
+        assert read >= 1 and len(first_hits) == read + 1, (first_hits, read)  # the decodes, then the long prompt
+        long_hits = first_hits[-1]
+        if long_kv == "gate":
+            assert long_hits == read and stored[-1] == 0, (first_hits, stored, read)
+        else:
+            assert long_hits == 0 and stored[-1] == len(a.passages), (first_hits, stored)
+    finally:
+        pipe.generator.close()
+        gc.collect()  # the recorder's closure holds the engine in a cycle: free its pools now
+
+
+@pytest.mark.parametrize("check_kv", ["exact", "shared"])
+def test_long_mode_warming_covers_what_the_gate_reads(pipeline, tmp_path, check_kv):
+    """`rag index --warm-kv` in long mode with a calibrated generator: a long answer first runs the
+    short-answer gate, and its prompt then reads the passages under the gate's key, so warming must
+    cover the gate's templates as short mode warms them (with `exact` the short answer and the check
+    template, with `shared` the check under the short answer's key), after the long template (which a
+    long answer to an explanatory question still reads). A long answer on that disk cache then reads
+    every passage its gate decodes from disk. Bugs caught: only the long template warmed (a warmed
+    collection's long answers prefill every passage in their gate, cold, as if never warmed), the
+    gate's entries warmed under a key the gate does not look up, and uncalibrated configs warming a
+    gate that never runs."""
+    from rag.generation import build_generator
+    from rag.warm_kv import gate_reads, resolved_check_kv, templates, warm
+    from tests.eval.qa_case import never_refusing_entry
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({pipeline.cfg.generator.engine.model: never_refusing_entry(True)}))
+    data = engine_cfg(pipeline, enabled=True, max_gb=0.1, disk_path=str(tmp_path / "kv")).to_dict()
+    data["answer"].update(mode="long", check_kv=check_kv, calibration=str(tmp_path / "none.json"))
+    plain = RagConfig.model_validate(data)  # no entry: no gate, the long template alone
+    data["answer"]["calibration"] = str(cal)
+    cfg = RagConfig.model_validate(data)
+    gen = build_generator(cfg.generator)
+    try:
+        assert not gate_reads(plain) and templates(plain, resolved_check_kv(plain)) == ["answer (long)"]
+        report = warm(cfg, pipeline.store, gen, "default")
+    finally:
+        gen.close()
+        gc.collect()
+    want = ["answer (long)", "answer (short) of the gate", "answerability check"] if check_kv == "exact" else \
+        ["answer (long)", "answerability check, keyed for the answer (short)"]
+    assert report.templates == want, report.to_dict()
+    assert report.skipped == 0 and report.warmed + report.duplicates == len(want) * report.chunks, report.to_dict()
+    pipe = make(pipeline, cfg)
+    try:
+        a = pipe.ask(TWO_ISLANDS, mode="long")
+        st = pipe.generator.stats()
+        assert a.grounding.get("gate") and not a.grounding["gate"]["refused"], a.grounding
+        # every passage K/V the answer read (the gate's span decodes and checks, the long prompt under
+        # the gate's key) came from disk: nothing computed
+        assert st["passage_cache_misses"] == 0 and st["passage_cache_disk_hits"] >= len(a.candidates) >= 1, st
+    finally:
+        pipe.generator.close()
+        gc.collect()
