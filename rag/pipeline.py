@@ -191,11 +191,13 @@ class Pipeline:
     # ---- answering ----------------------------------------------------------------------
     def ask(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
             passages: list[str] | None = None, mode: str | None = None, history: Sequence[ChatTurn] = (),
-            **sampling: Any) -> Answer:
-        """`history`: the conversation's earlier turns (`rag.chat`), oldest first."""
+            ranked: bool = False, **sampling: Any) -> Answer:
+        """`history`: the conversation's earlier turns (`rag.chat`), oldest first. `ranked`: the given
+        `passages` are a ranking, best first, and are read as retrieval's are (a short answer and a long
+        answer's gate read the top `short_k`); by default a caller's own passages are all read."""
         answer = None
         for item in self.stream(question, filters=filters, collection=collection, k=k, passages=passages,
-                                mode=mode, history=history, **sampling):
+                                mode=mode, history=history, ranked=ranked, **sampling):
             if isinstance(item, Answer):
                 answer = item
         assert answer is not None
@@ -242,20 +244,23 @@ class Pipeline:
         passages = [Passage.of_chunk(i + 1, c.chunk, float(c.score)) for i, c in enumerate(res.candidates[:k])]
         return res, passages, below_threshold(res.candidates, ac.refuse_below, ac.refusal_score)
 
-    def prepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
-        """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs)."""
-        return run_sync(self.aprepare_given(question, texts, mode, **sampling), self._generator)
+    def prepare_given(self, question: str, texts: list[str], mode: str | None = None, ranked: bool = False,
+                      **sampling: Any):
+        """Like `prepare`, but with caller-supplied passages instead of retrieval (RGB-style runs);
+        `ranked`: see `ask`."""
+        return run_sync(self.aprepare_given(question, texts, mode, ranked, **sampling), self._generator)
 
-    async def aprepare_given(self, question: str, texts: list[str], mode: str | None = None, **sampling: Any):
+    async def aprepare_given(self, question: str, texts: list[str], mode: str | None = None, ranked: bool = False,
+                             **sampling: Any):
         self._check_question(question)
         t0 = time.perf_counter()
         passages = [Passage(marker=i + 1, chunk_id=f"given-{i + 1}", doc_id=f"given-{i + 1}", text=t, score=0.0)
                     for i, t in enumerate(texts)]
         return await arequest_for(self, Answer(question=question, text="", queries=[question]), passages, t0,
-                                  sampling, mode, ranked=False)
+                                  sampling, mode, ranked=ranked)
 
     def stream(self, question: str, filters: FilterSpec = None, collection: str | None = None, k: int | None = None,
-               passages: list[str] | None = None, history: Sequence[ChatTurn] = (),
+               passages: list[str] | None = None, history: Sequence[ChatTurn] = (), ranked: bool = False,
                **sampling: Any) -> Iterator[str | Answer]:
         """Text deltas as they are generated, then the final `Answer`. `passages` skips retrieval.
         The one crossing of a sync question into `astream`: the generator's bridge (`iterate`)."""
@@ -263,11 +268,11 @@ class Pipeline:
             # Retrieval errors (bad filters, long questions) surface before any model is loaded.
             self._check_question(question)
         return self.generator.iterate(self.astream(question, filters, collection, k, passages=passages,
-                                                   history=history, **sampling))
+                                                   history=history, ranked=ranked, **sampling))
 
     async def astream(self, question: str, filters: FilterSpec = None, collection: str | None = None,
                       k: int | None = None, request_id: str | None = None, passages: list[str] | None = None,
-                      history: Sequence[ChatTurn] = (), **sampling: Any):
+                      history: Sequence[ChatTurn] = (), ranked: bool = False, **sampling: Any):
         """The question on the caller's loop (so a client that goes away cancels the request and
         frees its KV blocks); blocking work in worker threads; deltas, then the final `Answer`."""
         self._check_question(question)  # before any path reads it (a comparison asks other questions)
@@ -288,7 +293,7 @@ class Pipeline:
         hold = RefusalHold(self.cfg.prompt.refusal,
                            outcome is None and passages is None and not history and await self._splits(question))
         async for item in self._astream_one(question, filters, collection, k, request_id, passages, history,
-                                            **sampling):
+                                            ranked, **sampling):
             if not isinstance(item, Answer):
                 for delta in hold.feed(item):
                     yield delta
@@ -390,13 +395,13 @@ class Pipeline:
 
     async def _astream_one(self, question: str, filters: FilterSpec, collection: str | None, k: int | None,
                            request_id: str | None, passages: list[str] | None, history: Sequence[ChatTurn],
-                           **sampling: Any):
+                           ranked: bool = False, **sampling: Any):
         """One question to its answer: retrieval (or the given passages), the prompt, the decode."""
         t0 = time.perf_counter()
         if passages is None:
             prep = await self.aprepare(question, filters, collection, k, history=history, **sampling)
         else:
-            prep = await self.aprepare_given(question, passages, **sampling)
+            prep = await self.aprepare_given(question, passages, ranked=ranked, **sampling)
         answer, built, params = prep
         if built is None:
             yield answer.text
@@ -407,7 +412,7 @@ class Pipeline:
         gen, policies = await self._built("generator", "policies")
         await asyncio.to_thread(policies.for_question, answer.question)  # reads its calibration files: off the loop
         agen = decode_answer(gen, self.cfg, policies, answer, built, params, t0, gen.eos_token_ids, request_id,
-                             ranked=passages is None)
+                             ranked=passages is None or ranked)
         try:
             async for item in agen:
                 yield item

@@ -108,13 +108,19 @@ def this_machine(engine: EngineConfig, cfg: RagConfig | None = None) -> Machine:
 _NOT_WORK = {"answer": ("latency_budget_s",), "engine": ("model", "num_threads", "device", "dtype", "quantization")}
 
 
+# What the pipeline probe's question runs (`pipeline_probe`): a new version is a new measurement
+# (`pipeline_key`). 2: its passages are read as a retrieval's ranking (the gate and a short answer
+# read the top short_k, not all five).
+PROBE_VERSION = 2
+
+
 def pipeline_key(cfg: RagConfig) -> str:
     """What one answered question costs depends on the config beyond the model and the machine: the
     answer mode, the passages per prompt, the checks, grounding and gate (`answer.*`), the prompts,
     the sampling (max tokens), the engine's cache settings, and the calibration entry that switches
-    per-passage spans and checks on (a local `rag eval calibrate` file changes them). A hash of
-    those: a new value is a new measurement. Not in it: the budget, the model and the machine's own
-    fields (`Machine`)."""
+    per-passage spans and checks on (a local `rag eval calibrate` file changes them), and the probe's
+    own version (`PROBE_VERSION`). A hash of those: a new value is a new measurement. Not in it: the
+    budget, the model and the machine's own fields (`Machine`)."""
     answer = {k: v for k, v in cfg.answer.model_dump(mode="json").items() if k not in _NOT_WORK["answer"]}
     engine = {k: v for k, v in cfg.generator.engine.model_dump(mode="json").items() if k not in _NOT_WORK["engine"]}
     from rag.calibration import calibration_path
@@ -125,6 +131,6 @@ def pipeline_key(cfg: RagConfig) -> str:
     except OSError:
         calibration = ""  # none here: the shipped entries (part of the package's version)
     blob = json.dumps({"answer": answer, "prompt": cfg.prompt.model_dump(mode="json"), "engine": engine,
-                       "sampling": cfg.generator.sampling.model_dump(mode="json"), "calibration": calibration},
-                      sort_keys=True, default=str)
+                       "sampling": cfg.generator.sampling.model_dump(mode="json"), "calibration": calibration,
+                       "probe": PROBE_VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

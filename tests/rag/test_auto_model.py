@@ -108,7 +108,8 @@ def test_describe_work_says_what_a_question_ran():
 
 def test_pipeline_key_follows_the_per_question_work_not_the_budget(tmp_path):
     """Catches a measurement reused for a config that makes each question cost more (another mode,
-    more passages, checks switched on by a local calibration), or re-taken for a budget change."""
+    more passages, checks switched on by a local calibration, the long prompt computing its passages
+    again) or by a probe that asks another question, or re-taken for a budget change."""
     from rag.config import load_config
     from rag.generation.machine import pipeline_key
 
@@ -117,8 +118,16 @@ def test_pipeline_key_follows_the_per_question_work_not_the_budget(tmp_path):
     assert pipeline_key(load_config(None, [*base, "answer.latency_budget_s=12"])) == key
     assert pipeline_key(load_config(None, [*base, "generator.engine.model=qwen2.5-0.5b"])) == key  # in Machine
     for change in ("answer.mode=short", "answer.context_k=8", "answer.verify=false", "answer.long_grounding=off",
-                   "generator.sampling.max_tokens=256"):
+                   "answer.long_passage_kv=own", "generator.sampling.max_tokens=256"):
         assert pipeline_key(load_config(None, [*base, change])) != key, change
+    import rag.generation.machine as machine  # a new probe version (what its question runs): a new measurement
+
+    version = machine.PROBE_VERSION
+    try:
+        machine.PROBE_VERSION = version + 1
+        assert pipeline_key(load_config(None, base)) != key
+    finally:
+        machine.PROBE_VERSION = version
     (tmp_path / "calibration.json").write_text("{}", encoding="utf-8")
     assert pipeline_key(load_config(None, base)) != key
     engine = load_config(None, base).generator.engine

@@ -153,7 +153,10 @@ def test_the_gate_reads_the_passages_a_short_answer_reads(pipeline):
     """Catches a long answer's gate deciding over passages its short answer never reads: with an
     entry recorded over the top 2 (`short_k`), a retrieved question's gate decodes and checks one
     candidate per top passage only, while the long answer keeps every retrieved passage; a caller's
-    own passages are all read, in both modes."""
+    own passages are all read, in both modes, unless given as a ranking (`ranked=True`, what
+    `model: auto`'s pipeline probe asks so that it times a retrieved question's work): then read as
+    retrieved ones. Bugs caught: the flag lost on its way to the gate or the short prompt (the probe
+    then times five checks where a real question runs three)."""
     from rag.calibration import calibration_path, save_thresholds
     from tests.eval.qa_case import never_refusing_entry
 
@@ -166,8 +169,13 @@ def test_the_gate_reads_the_passages_a_short_answer_reads(pipeline):
         assert a.grounding["gate"]["refused"] is False
         assert len(a.passages) == cfg.answer.context_k == 3
         assert [c["passage"] for c in a.candidates] == [0, 1]
-        _, given = _stream(pipe, "How long does the XR-300 drone fly?", [HARBOUR, DRONE, DRONE + " It is red."])
+        texts = [HARBOUR, DRONE, DRONE + " It is red."]
+        _, given = _stream(pipe, "How long does the XR-300 drone fly?", texts)
         assert [c["passage"] for c in given.candidates] == [0, 1, 2]
+        as_ranked = pipe.ask("How long does the XR-300 drone fly?", passages=texts, mode="long", ranked=True)
+        assert [c["passage"] for c in as_ranked.candidates] == [0, 1] and len(as_ranked.passages) == 3
+        short = pipe.ask("How long does the XR-300 drone fly?", passages=texts, mode="short", ranked=True)
+        assert len(short.passages) == 2 and [c["passage"] for c in short.candidates] == [0, 1]
     finally:
         path.unlink(missing_ok=True)
 
