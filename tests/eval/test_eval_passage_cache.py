@@ -18,8 +18,9 @@ QUESTIONS = [("What is the capital city of Zarnovia?", ["Velmora"], "p0"),
 
 def test_eval_qa_with_the_passage_cache_reports_the_engines_reuse(tmp_path, capsys):
     """Bugs caught: the `--set` keys not reaching the engine the eval builds (an on/off sweep would
-    compare two identical runs), the pipeline passing no spans on the eval's short path, and a
-    result JSON that cannot show either (no `engine` block)."""
+    compare two identical runs), the pipeline passing no spans on the eval's short path, a result
+    JSON that cannot show either (no `engine` block), and one that does not say which model
+    answered (`config.model`: with `model: auto` it depends on the CPU and the mode)."""
     ds = write_qa_set(tmp_path / "set", QUESTIONS, "dev")
     cal = tmp_path / "cal.json"
     cal.write_text(json.dumps({"smollm2": never_refusing_entry()}))
@@ -36,7 +37,9 @@ def test_eval_qa_with_the_passage_cache_reports_the_engines_reuse(tmp_path, caps
                "--set", "generator.engine.passage_cache.miss_compute=alone"])
     printed = capsys.readouterr().out
     assert rc == 0
-    engine = json.loads(out.read_text())["engine"]
+    result = json.loads(out.read_text())
+    assert result["config"]["model"] == "smollm2" and result["config"]["mode"] == "short"
+    engine = result["engine"]
     # BM25 gives each question its own paragraph: a miss for the answer prompt and one for the passage
     # check (another template), each computed alone and blended (`alone`: a reuse pass each, and the
     # 0.15 recompute); the answer check shares the passage check's blocks through its passage and
