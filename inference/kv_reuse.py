@@ -154,7 +154,8 @@ class KVReuse:
     def wants(self, seq: Sequence) -> bool:
         """Scheduler hook, after the prefix-cache match: can this prompt reuse shifted K/V?"""
         start, end = seq.num_computed_tokens, len(seq.token_ids) - 1
-        if self.store is not None and not seq.passages_counted:
+        first = not seq.passages_counted
+        if self.store is not None and first:
             seq.passages_counted = True  # `wants` is asked again when admission has to wait
             # a passage the hit reaches into: at most its last partial block is computed again
             served = [(s, min(e, start)) for s, e in seq.passage_spans if s < start and e - s >= MIN_PASSAGE_TOKENS]
@@ -170,7 +171,7 @@ class KVReuse:
             return True
         if seq.params.store_passages:
             seq.passages_to_store = spans  # every passage a miss: a plain prefill, stored after it
-        else:
+        elif first:  # read-only: missed, computed in the plain prefill, kept nowhere (counted once)
             self.misses += len(spans)
         return False
 

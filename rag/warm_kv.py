@@ -139,7 +139,7 @@ def resolved_check_kv(cfg: RagConfig) -> str:
 
 def gate_reads(cfg: RagConfig) -> bool:
     """Whether long answers run the short-answer gate and their prompt reads the passage K/V its
-    prompts computed (`answer.long_passage_kv: gate`; `rag/answering/stream.py: long_prompt_anchor`):
+    prompts computed (`answer.long_passage_kv: gate`; `rag/answering/stream.py: gate_kv_anchor`):
     then the gate's templates are what a long answer reads, so they are warmed too. Decided for
     English questions, as `resolved_check_kv` is (the calibration entry's policy)."""
     from .answering.gate import gated_by, reads_gate_kv

@@ -125,7 +125,7 @@ def gates(generator: Any, cfg: RagConfig, policies: Policies, answer: Answer) ->
 
 def reads_gate_kv(cfg: RagConfig, check_kv: str) -> bool:
     """Whether a gated long prompt reads its passages' K/V under the gate's key
-    (`answer.long_passage_kv: gate`; `stream.long_prompt_anchor`). Not with `check_kv` (resolved)
+    (`answer.long_passage_kv: gate`; `stream.gate_kv_anchor`). Not with `check_kv` (resolved)
     `prompt`, whose sentence checks read what the long prompt itself stores."""
     return cfg.answer.long_passage_kv == "gate" and check_kv != "prompt"
 

@@ -38,17 +38,18 @@ def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, tex
                                  refuse_margin=refuse_margin)
 
 
-def long_prompt_anchor(cfg: RagConfig, check_kv: str, anchor: list[int] | None, gate: Any) -> list[int] | None:
-    """The passage anchor the long prompt names. With the short-answer gate (`answer.long_passage_kv:
-    gate`, the default; `gate.reads_gate_kv`) it is the gate's: the gate's prompts have just computed
-    its passages' K/V under the short prompt's anchor, so the long prompt's prefill copies them to
-    their positions instead of computing ~200 tokens per passage again (the long prompt's sentences
-    are held to the gate's decision, so what it reads shapes their wording, not whether the answer
-    refuses). The long prompt then stores nothing (`store_passages`): a passage it computes amid
-    the others, kept under the gate's key, would serve a later question's gate in place of an exact
-    entry (own corpus, 0.5B: two later gates changed their span so)."""
-    if anchor is None or gate is None or gate.passage_anchor is None or not reads_gate_kv(cfg, check_kv):
-        return anchor
+def gate_kv_anchor(cfg: RagConfig, check_kv: str, anchor: list[int] | None, gate: Any) -> list[int] | None:
+    """The key the long prompt reads its passages under instead of its own (None: its own). With the
+    short-answer gate (`answer.long_passage_kv: gate`, the default; `gate.reads_gate_kv`) it is the
+    gate's: the gate's prompts have just computed its passages' K/V under the short prompt's anchor,
+    so the long prompt's prefill copies them to their positions instead of computing ~200 tokens per
+    passage again (the long prompt's sentences are held to the gate's decision, so what it reads
+    shapes their wording, not whether the answer refuses). The long prompt then stores nothing
+    (`store_passages`): a passage it computes amid the others, kept under the gate's key, would serve
+    a later question's gate in place of an exact entry (own corpus, 0.5B: two later gates changed
+    their span so)."""
+    if anchor is None or gate is None or not reads_gate_kv(cfg, check_kv):
+        return None
     return gate.passage_anchor
 
 
@@ -93,9 +94,8 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             yield final.text
             yield final
             return
-        read_from = long_prompt_anchor(cfg, policy.check_kv, anchor, gate)
-        if read_from is not anchor:  # the gate's entries are its exact ones: read, never overwritten
-            anchor = read_from
+        if (gate_anchor := gate_kv_anchor(cfg, policy.check_kv, anchor, gate)) is not None:
+            anchor = gate_anchor  # the gate's entries are its exact ones: read, never overwritten
             params = params.model_copy(update={"store_passages": False})
     last = None
     agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans,
