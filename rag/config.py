@@ -83,6 +83,12 @@ class AnswerConfig(BaseModel):
         "positions, so the long prompt computes only its template and question (the 1.5B's probe question "
         "on a Zen 4 core: 13.6 -> ~10 s, docs/performance.md); own: the long prompt computes its passages "
         "under its own template"))
+    long_passages: Literal["gate", "all"] = Field("gate", description=(
+        "long mode held to the short-answer gate: which passages the long prompt holds. gate (default): the "
+        "ones the gate read (its top short_k, where its span and citation come from; the sentences kept must "
+        "state that span), so the long prompt computes no passage the gate did not (the 1.5B's long answer "
+        "on a Zen 5 core: ~1.8 s less, docs/results.md, session 45); all: every context_k passage. An "
+        "explanatory question's sentence gate and an ungated answer read all"))
     long_check_min: float | None = Field(None, description=(
         "long grounding: a sentence whose answer-check log-odds (sentence as the proposed answer, its cited "
         "passage) is below this is unsupported; null: the calibration entry's check_answer mean minus one std "

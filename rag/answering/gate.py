@@ -58,11 +58,13 @@ class Gate:
     """The short decision a long answer is held to: refused, or the span `text` from the passage
     with prompt marker `marker`. `passage_anchor`: the key under which the gate's prompts left its
     passages' K/V in the engine's passage cache (the short prompt's anchor: its span decodes or its
-    one prompt computed them there, or with `check_kv: shared` its checks did), None without one."""
+    one prompt computed them there, or with `check_kv: shared` its checks did), None without one.
+    `read`: how many of the answer's passages (its top ones) the gate read, None for all."""
 
     decision: Decision
     marker: int | None
     passage_anchor: list[int] | None = None
+    read: int | None = None
 
     @property
     def refused(self) -> bool:
@@ -76,6 +78,8 @@ class Gate:
         d: dict[str, Any] = {"refused": self.refused}
         if not self.refused:
             d.update(answer=self.text, marker=self.marker)
+        if self.read is not None:
+            d["read"] = self.read
         return d
 
 
@@ -184,7 +188,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     answer.timings_ms["gate"] = (time.perf_counter() - t0) * 1000
     answer.signals = dict(decision.signals)  # what the decision read, as a short answer records it
     marker = None if decision.citation is None else answer.passages[decision.citation].marker
-    return Gate(decision, marker, anchor)
+    return Gate(decision, marker, anchor, len(read) if len(read) < len(answer.passages) else None)
 
 
 def states_answer(sentence: str, span: str) -> bool:

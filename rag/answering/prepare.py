@@ -102,10 +102,7 @@ def _request(stages: Stages, answer: Answer, passages: list[Passage], t0: float,
     if cfg.generator.context_shift:
         params.context_shift_keep = built.system_tokens
     if mode == "long" and cfg.answer.force_markers and gen.supports_logits_processors:
-        from inference.structured.citation_markers import CitationMarkerProcessor
-
-        params.logits_processors = [*params.logits_processors, CitationMarkerProcessor(
-            gen.tokenizer, len(built.passages), gen.eos_token_ids, cfg.prompt.refusal)]
+        params.logits_processors = [*params.logits_processors, marker_processor(gen, cfg, len(built.passages))]
     if mode == "short" and cfg.answer.grounded and gen.supports_logits_processors:
         # (a remote backend has no logits to mask: its short answers are prompted only)
         params.logits_processors = [*params.logits_processors, _span_decoder(stages, built, params, question)]
@@ -114,6 +111,27 @@ def _request(stages: Stages, answer: Answer, passages: list[Passage], t0: float,
     answer.dropped_passages = [p.chunk_id for p in built.dropped]
     answer.timings_ms["prepare"] = _ms(t0)
     return answer, built, params
+
+
+def marker_processor(gen: Any, cfg: RagConfig, n: int) -> Any:
+    """The long answer's citation-marker constraint for a prompt of `n` passages (`answer.force_markers`)."""
+    from inference.structured.citation_markers import CitationMarkerProcessor
+
+    return CitationMarkerProcessor(gen.tokenizer, n, gen.eos_token_ids, cfg.prompt.refusal)
+
+
+def long_request_over(gen: Any, cfg: RagConfig, question: str, built: prompt_mod.BuiltPrompt,
+                      params: SamplingParams, n: int) -> tuple[prompt_mod.BuiltPrompt, SamplingParams]:
+    """The long request narrowed to the top `n` passages of `built` (same question, chat turns and
+    budget; `answer.long_passages: gate`): the prompt, and `params` with the citation-marker constraint
+    for `n` passages in place of the one for all (the others are the same objects)."""
+    from inference.structured.citation_markers import CitationMarkerProcessor
+
+    budget = gen.max_model_len - params.max_tokens
+    narrow = prompt_mod.build(cfg.prompt, gen.tokenizer, question, built.passages[:n], budget, "long", built.turns)
+    procs = [marker_processor(gen, cfg, len(narrow.passages)) if isinstance(p, CitationMarkerProcessor) else p
+             for p in params.logits_processors]
+    return narrow, params.model_copy(update={"logits_processors": procs})
 
 
 def _span_decoder(stages: Stages, built: prompt_mod.BuiltPrompt, params: SamplingParams,

@@ -23,6 +23,7 @@ from ..loops import is_looping
 from .gate import SentenceGate, gates, reads_gate_kv, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
+from .prepare import long_request_over
 from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
         yield final.text
         yield final
         return
-    markers = MarkerFilter({p.marker for p in answer.passages})
     # long answers: each sentence is shown once judged (None: `answer.long_grounding: off`), held to
     # the short answer's decision where its policy is calibrated (gate.py)
     grounding = None
@@ -94,9 +94,17 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             yield final.text
             yield final
             return
+        if gate is not None and gate.read is not None and cfg.answer.long_passages == "gate":
+            # the passages the gate read: its span and citation come from them, and the sentences kept
+            # must state that span; the others would cost a prefill (~200 tokens each) to add context
+            built, params = await asyncio.to_thread(long_request_over, generator, cfg, answer.question, built,
+                                                    params, gate.read)
+            spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
+            anchor = built.passage_anchor if spans else None
         if (gate_anchor := gate_kv_anchor(cfg, policy.check_kv, anchor, gate)) is not None:
             anchor = gate_anchor  # the gate's entries are its exact ones: read, never overwritten
             params = params.model_copy(update={"store_passages": False})
+    markers = MarkerFilter({p.marker for p in built.passages})
     last = None
     agen = generator.astream(built.token_ids, params, request_id=request_id, passage_spans=spans,
                              passage_anchor=anchor)

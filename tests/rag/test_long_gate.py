@@ -272,3 +272,46 @@ def test_sentence_gate_record_mode_keeps_every_sentence_and_its_signals(pipeline
     finally:
         cfg.answer.sentence_gate = old
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("long_passages", ["gate", "all"])
+def test_a_gated_long_prompt_holds_the_passages_its_gate_read(pipeline, monkeypatch, long_passages):
+    """Catches the long prompt computing passages its gate never read (`answer.long_passages: gate`,
+    the default): with an entry over the top 2 and three passages given as a ranking, the long prompt
+    holds the first two only and its citation-marker constraint allows [1]-[2] (a constraint still
+    sized for three lets the model cite a passage it was not shown); the answer still lists all three
+    as retrieved. `all` keeps every passage in the prompt (the option ignored: three are not there)."""
+    from inference.structured.citation_markers import CitationMarkerProcessor
+    from rag.answering.policy import Policies
+    from rag.calibration import calibration_path, save_thresholds
+    from rag.pipeline import Pipeline
+    from tests.eval.qa_case import never_refusing_entry
+
+    base = pipeline.cfg
+    cfg = base.model_copy(update={"answer": base.answer.model_copy(update={"long_passages": long_passages})})
+    gen = pipeline.generator
+    seen: list[tuple[str, int]] = []
+    astream = gen.astream
+
+    def spy(prompt, params, *args, **kwargs):
+        marks = [p for p in params.logits_processors if isinstance(p, CitationMarkerProcessor)]
+        if marks:  # the long answer's request (the gate's span decodes carry no marker constraint)
+            seen.append((gen.tokenizer.decode(prompt), max(marks[0].digit_ids.values())))
+        return astream(prompt, params, *args, **kwargs)
+
+    monkeypatch.setattr(gen, "astream", spy)
+    path = calibration_path(base.storage_path, base.answer.calibration)
+    try:
+        save_thresholds(path, base.generator.engine.model, {**never_refusing_entry(True), "short_k": 2})
+        pipe = Pipeline(cfg, store=pipeline.store, generator=gen, retriever=pipeline.retriever, policies=Policies(cfg))
+        third = "The Kestrel ferry leaves Port Elvra at 07:40 on weekdays."
+        a = pipe.ask("How long does the XR-300 drone fly?", passages=[HARBOUR, DRONE, third], mode="long",
+                     ranked=True)
+    finally:
+        path.unlink(missing_ok=True)
+    assert a.grounding["gate"]["refused"] is False and a.grounding["gate"]["read"] == 2
+    assert len(a.passages) == 3 and len(seen) == 1
+    prompt, max_marker = seen[0]
+    assert "55 minutes" in prompt and "64 moorings" in prompt
+    assert ("Kestrel" in prompt, max_marker) == ((False, 2) if long_passages == "gate" else (True, 3))
+    assert all(c.marker <= max_marker for c in a.citations)
