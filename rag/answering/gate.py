@@ -134,6 +134,17 @@ def reads_gate_kv(cfg: RagConfig, check_kv: str) -> bool:
     return cfg.answer.long_passage_kv == "gate" and check_kv != "prompt"
 
 
+def long_prompt_passages(cfg: RagConfig, gate: Gate | None) -> int | None:
+    """How many of the answer's top passages a long prompt held to `gate` holds: the gate's own
+    (`answer.long_passages: gate`, the default): its span and citation come from them and the
+    sentences kept must state that span, so the others would only cost a prefill (~200 tokens each;
+    the 1.5B's long answer on a Zen 5 core 8.0 -> 5.6 s, docs/results.md "Session 45"). None: all
+    (`all`, no gate, or a gate that read them all)."""
+    if gate is None or gate.read is None or cfg.answer.long_passages != "gate":
+        return None
+    return gate.read
+
+
 def gated_by(cfg: RagConfig, policy: ShortAnswerPolicy) -> bool:
     """The config's part of `gates`: long grounding on, grounded answers, and `policy` (the
     question language's) calibrated. `rag index --warm-kv` asks it too (`rag/warm_kv.py: gate_reads`)."""

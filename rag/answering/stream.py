@@ -20,7 +20,7 @@ from inference.structured import GroundedSpanProcessor
 from ..answer import Answer
 from ..citations import MarkerFilter, locate_spans, long_citations, sentence_markers
 from ..loops import is_looping
-from .gate import SentenceGate, gates, reads_gate_kv, short_gate
+from .gate import SentenceGate, gates, long_prompt_passages, reads_gate_kv, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
 from .prepare import long_request_over
@@ -94,11 +94,9 @@ async def decode_answer(generator: Any, cfg: RagConfig, policies: Policies, answ
             yield final.text
             yield final
             return
-        if gate is not None and gate.read is not None and cfg.answer.long_passages == "gate":
-            # the passages the gate read: its span and citation come from them, and the sentences kept
-            # must state that span; the others would cost a prefill (~200 tokens each) to add context
+        if (n := long_prompt_passages(cfg, gate)) is not None:
             built, params = await asyncio.to_thread(long_request_over, generator, cfg, answer.question, built,
-                                                    params, gate.read)
+                                                    params, n)
             spans = generator.locate_passages(built.token_ids, built.cached_texts(cfg.prompt))
             anchor = built.passage_anchor if spans else None
         if (gate_anchor := gate_kv_anchor(cfg, policy.check_kv, anchor, gate)) is not None:
