@@ -159,7 +159,7 @@ async def short_gate(generator: Any, cfg: RagConfig, policies: Policies, answer:
     """Run the short answer's decision over the long answer's top `short_k` passages (the short
     prompt, its grounded-span decoder, its checks, its policy) and return it; the answer's
     `refusal_calibration`, `candidates` and check timing record it as a short answer's do. `span_processor(texts,
-    max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`stream.span_processor`).
+    max_tokens, refuse_margin)`: the short answer's grounded-span decoder (`prepare.span_processor`).
     `ranked`: the passages are retrieval's (a caller's own are all read, as short mode reads them)."""
     from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
 

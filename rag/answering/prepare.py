@@ -137,12 +137,20 @@ def long_request_over(gen: Any, cfg: RagConfig, question: str, built: prompt_mod
 def _span_decoder(stages: Stages, built: prompt_mod.BuiltPrompt, params: SamplingParams,
                   question: str) -> GroundedSpanProcessor:
     """The grounded-span decoder of a short answer; the policy sets its step-0 refusal margin."""
-    from .stream import span_processor
-
     cfg, gen = stages.cfg, stages.generator
     texts = [prompt_mod.passage_body(cfg.prompt, p) for p in built.passages]
     return span_processor(gen, cfg.prompt.refusal, gen.eos_token_ids, texts, params.max_tokens,
                           stages.policies.for_question(question).decoder_margin)
+
+
+def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, texts: list[str], max_tokens: int,
+                   refuse_margin: float | None) -> GroundedSpanProcessor:
+    """The grounded-span decoder over `texts`; `refuse_margin` is the policy's `decoder_margin`
+    (inf on per-passage candidates: each always gives its span, the policy decides after)."""
+    from inference.structured import GroundedSpanProcessor
+
+    return GroundedSpanProcessor(texts, generator.tokenizer, refusal, eos_token_id=eos, max_tokens=max_tokens,
+                                 refuse_margin=refuse_margin)
 
 
 def _ms(t0: float) -> float:

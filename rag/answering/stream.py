@@ -23,20 +23,12 @@ from ..loops import is_looping
 from .gate import SentenceGate, gates, long_prompt_passages, reads_gate_kv, short_gate
 from .long import LongGrounding, grounding_for
 from .policy import Decision, Policies, refuse, says_refusal
-from .prepare import long_request_over
+from .prepare import long_request_over, span_processor
 from .short import candidate_prompts, check_anchor, checks_first, decide_per_passage, decide_single
 
 if TYPE_CHECKING:
     from ..config import RagConfig
     from ..prompt import BuiltPrompt
-
-
-def span_processor(generator: Any, refusal: str, eos: set[int] | int | None, texts: list[str], max_tokens: int,
-                   refuse_margin: float | None) -> GroundedSpanProcessor:
-    """The grounded-span decoder over `texts`; `refuse_margin` is the policy's `decoder_margin`
-    (inf on per-passage candidates: each always gives its span, the policy decides after)."""
-    return GroundedSpanProcessor(texts, generator.tokenizer, refusal, eos_token_id=eos, max_tokens=max_tokens,
-                                 refuse_margin=refuse_margin)
 
 
 def gate_kv_anchor(cfg: RagConfig, check_kv: str, anchor: list[int] | None, gate: Any) -> list[int] | None:
